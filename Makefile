@@ -1,0 +1,52 @@
+# connmon: the two commands a person needs are `make demo` and `make test`.
+# Both set up everything on a fresh machine (venv + pip, Maven jars, Debian's prometheus),
+# idempotently: a second run downloads nothing.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.connmon-installed
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+.PHONY: setup artifacts prometheus test unit integration e2e lint demo clean
+
+setup: $(STAMP) artifacts prometheus
+
+$(STAMP): pyproject.toml constraints.txt
+	@echo ">> python venv and pinned packages (pip shows progress)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip>=24"
+	$(BIN)/pip install --progress-bar on -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+artifacts: $(STAMP)
+	@echo ">> Maven jars: Kafka broker, Spark Kafka connector (cached in deploy/local/.cache)"
+	$(BIN)/python -m streaming.stack.artifacts
+
+prometheus: $(STAMP)
+	@echo ">> prometheus + promtool (Debian package, installed once)"
+	$(BIN)/python -c "from streaming.stack.prometheus import ensure_installed; ensure_installed()"
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest $(PYTEST_ARGS) tests
+
+unit: $(STAMP)
+	$(BIN)/pytest -m unit $(PYTEST_ARGS) tests
+
+integration: setup
+	$(BIN)/pytest -m "integration" $(PYTEST_ARGS) tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+demo: setup
+	$(BIN)/connmon demo $(DEMO_ARGS)
+
+clean:
+	-$(BIN)/connmon stack down
+	rm -rf var reports
+
+-include deploy/prometheus/Makefile.mixin.mk

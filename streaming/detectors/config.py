@@ -1,0 +1,60 @@
+"""Detector thresholds: one object, imported by the job, the detectors, the alert rules and the
+dashboards, so a threshold lives in one place.
+
+Defaults follow ../shared/DOMAIN.md (Java client idle expiry 540 s, broker 600 s, Linux
+TIME_WAIT 60 s). Tests compress time by overriding these values, never with special code paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Every detector threshold. Seconds unless the name says otherwise."""
+
+    # close_wait_buildup: CLOSE_WAIT older than the grace period is "stuck".
+    close_wait_grace_s: float = 30.0
+    close_wait_warning_count: int = 1
+    close_wait_critical_count: int = 20
+    # A rising CLOSE_WAIT count (sockets per second over the trend window) is critical too.
+    close_wait_critical_slope_per_s: float = 0.05
+
+    # idle_churn: closes after at least this much idle, then a re-open to the same broker.
+    idle_churn_min_idle_s: float = 240.0
+    idle_churn_min_cycles: int = 2
+    idle_churn_window_s: float = 1800.0
+
+    # duplicate_connections: a process with more than one ESTABLISHED socket to one broker
+    # where the extra one is idle at least this long (a coordinator connection never is).
+    duplicate_idle_s: float = 120.0
+
+    # idle_zombie: ESTABLISHED and idle longer than any sane idle timeout.
+    zombie_idle_s: float = 1800.0
+
+    # connection_storm: opens or short-lived connections per minute toward one broker.
+    storm_opens_per_min: float = 30.0
+    storm_short_lived_s: float = 2.0
+    storm_host_attempt_fails_per_min: float = 60.0
+
+    # time_wait_pileup: TIME_WAIT sockets toward one broker.
+    time_wait_warning_count: int = 200
+    time_wait_critical_count: int = 2000
+
+    # Windows shared by the job's aggregates.
+    window_s: float = 60.0
+    watermark_s: float = 120.0
+
+    def replace(self, **changes: Any) -> DetectorConfig:
+        """A copy with some thresholds changed; unknown names fail with the name."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"unknown detector setting(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+
+DEFAULT = DetectorConfig()

@@ -1,0 +1,199 @@
+"""``connmon stack up|down|status``: the local stack for a person, with the code the tests use.
+
+``up`` starts a KRaft cluster and Prometheus as detached processes and records them in a state
+file (default ``var/stack/state.json`` in the checkout); ``down`` stops them and deletes their
+data; ``status`` reports what runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from streaming.cli import ConfigError
+from streaming.stack import artifacts
+from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive
+from streaming.stack.prometheus import PrometheusError, PrometheusServer
+
+# Default scrape targets: the agent's and the exporter's default /metrics addresses.
+DEFAULT_SCRAPE = ("127.0.0.1:9852", "127.0.0.1:9853")
+
+
+def state_dir() -> Path:
+    env = os.environ.get("CONNMON_STATE_DIR")
+    return Path(env) if env else artifacts.repo_root() / "var" / "stack"
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def load_state() -> dict[str, Any] | None:
+    f = _state_file()
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--broker-config {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def default_rule_files() -> list[Path]:
+    d = artifacts.repo_root() / "deploy" / "prometheus"
+    return [p for p in (d / "alerts.yaml", d / "rules.yaml") if p.exists()]
+
+
+def stack_up(
+    brokers: int = 3,
+    overrides: dict[str, str] | None = None,
+    kafka_port: int | None = None,
+    prometheus_port: int | None = None,
+    scrape: list[str] | None = None,
+    with_prometheus: bool = True,
+) -> dict[str, Any]:
+    """Start the stack and write the state file; fails if one is already up."""
+    existing = load_state()
+    if existing and stack_running(existing):
+        raise ConfigError(
+            f"a stack is already up (state in {_state_file()}); run 'connmon stack down'"
+        )
+    base = state_dir()
+    if base.exists():
+        shutil.rmtree(base)
+    base.mkdir(parents=True)
+    cluster = KafkaCluster(brokers=brokers, overrides=overrides or {}, base_dir=str(base / "kafka"))
+    ports = [kafka_port + i for i in range(brokers)] if kafka_port else None
+    try:
+        cluster.start(ports=ports)
+    except KafkaStackError as exc:
+        raise ConfigError(str(exc)) from exc
+    state: dict[str, Any] = {"kafka": cluster.to_state(), "prometheus": None}
+    # Written before Prometheus starts, so 'down' finds the brokers whatever happens next.
+    _state_file().write_text(json.dumps(state, indent=2))
+    if with_prometheus:
+        prom = PrometheusServer(
+            scrape_targets=list(scrape or DEFAULT_SCRAPE),
+            rule_files=default_rule_files(),
+            scrape_interval_s=5,
+            evaluation_interval_s=5,
+            port=prometheus_port,
+            base_dir=str(base / "prometheus"),
+        )
+        try:
+            prom.start()
+        except BaseException as exc:
+            stack_down()
+            if isinstance(exc, PrometheusError):
+                raise ConfigError(str(exc)) from exc
+            raise
+        state["prometheus"] = {"port": prom.port, "pid": prom.pid, "base_dir": prom.base_dir}
+    _state_file().write_text(json.dumps(state, indent=2))
+    return state
+
+
+def stack_running(state: dict[str, Any]) -> bool:
+    pids = [n.get("pid") for n in state["kafka"]["nodes"]]
+    if state.get("prometheus"):
+        pids.append(state["prometheus"]["pid"])
+    return any(_alive(p) for p in pids)
+
+
+def stack_down() -> bool:
+    """Stop everything in the state file and delete its data; False if nothing was up."""
+    state = load_state()
+    if state is None:
+        return False
+    if state.get("prometheus"):
+        p = state["prometheus"]
+        PrometheusServer(port=p["port"], pid=p["pid"], base_dir=p["base_dir"]).stop()
+    KafkaCluster.from_state(state["kafka"]).stop()
+    shutil.rmtree(state_dir(), ignore_errors=True)
+    return True
+
+
+def stack_status() -> dict[str, Any]:
+    state = load_state()
+    if state is None:
+        return {"up": False}
+    cluster = KafkaCluster.from_state(state["kafka"])
+    out: dict[str, Any] = {
+        "up": stack_running(state),
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "brokers": cluster.status(),
+    }
+    if state.get("prometheus"):
+        p = state["prometheus"]
+        out["prometheus"] = {
+            "url": f"http://127.0.0.1:{p['port']}",
+            "pid": p["pid"],
+            "up": _alive(p["pid"]),
+        }
+    return out
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        state = stack_up(
+            brokers=args.brokers,
+            overrides=_parse_overrides(args.broker_config),
+            kafka_port=args.kafka_port,
+            prometheus_port=args.prometheus_port,
+            scrape=args.scrape or None,
+            with_prometheus=not args.no_prometheus,
+        )
+        cluster = KafkaCluster.from_state(state["kafka"])
+        print(f"kafka: {cluster.bootstrap_servers} ({len(cluster.nodes)} brokers)")
+        if state["prometheus"]:
+            print(f"prometheus: http://127.0.0.1:{state['prometheus']['port']}")
+        return 0
+    if args.action == "down":
+        print("stack stopped" if stack_down() else "no stack is up")
+        return 0
+    status = stack_status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0 if status["up"] else 1
+    if not status["up"] and "brokers" not in status:
+        print("no stack is up")
+        return 1
+    print(f"kafka bootstrap: {status['bootstrap_servers']}")
+    for b in status["brokers"]:
+        state = "up" if b["up"] else "DOWN"
+        print(f"  broker {b['node_id']}  {b['endpoint']}  pid {b['pid']}  {state}")
+    if "prometheus" in status:
+        p = status["prometheus"]
+        print(f"prometheus: {p['url']}  pid {p['pid']}  {'up' if p['up'] else 'DOWN'}")
+    return 0 if status["up"] else 1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stack", help="start, stop or inspect the local Kafka + Prometheus stack")
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("--brokers", type=int, choices=(1, 3), default=3, help="Kafka nodes (default 3)")
+    p.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker setting override, repeatable (e.g. connections.max.idle.ms=5000)",
+    )
+    p.add_argument("--kafka-port", type=int, help="first broker port (default: any free port)")
+    p.add_argument("--prometheus-port", type=int, help="Prometheus port (default: any free port)")
+    p.add_argument(
+        "--scrape",
+        action="append",
+        metavar="HOST:PORT",
+        help=f"Prometheus scrape target, repeatable (default {', '.join(DEFAULT_SCRAPE)})",
+    )
+    p.add_argument("--no-prometheus", action="store_true", help="start Kafka only")
+    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.set_defaults(func=_cmd)

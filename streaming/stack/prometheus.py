@@ -1,0 +1,211 @@
+"""A local Prometheus on 127.0.0.1 with a generated config (scrape targets + rule files).
+
+Prometheus and promtool come from Debian's ``prometheus`` package; ``ensure_installed()`` runs
+``apt-get`` once when they are missing (as root, as CI does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streaming.stack.kafka import _alive, _terminate
+from streaming.stack.ports import free_port, port_in_use
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus is missing, misconfigured or did not answer; the message says which."""
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+
+
+def ensure_installed(quiet: bool = False) -> None:
+    """Install Debian's prometheus package (server + promtool) if either is missing."""
+    if _which("prometheus") and _which("promtool"):
+        return
+    if os.geteuid() != 0:
+        raise PrometheusError(
+            "prometheus/promtool are not installed; run: sudo apt-get install prometheus"
+        )
+    if not quiet:
+        print(
+            "connmon: installing Debian's prometheus package (first run only)...", file=sys.stderr
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    out = subprocess.DEVNULL if quiet else None
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
+    ):
+        rc = subprocess.run(cmd, env=env, stdout=out).returncode
+        if rc != 0:
+            raise PrometheusError(f"{' '.join(cmd)} failed with exit {rc}")
+    # The package's postinst may start a system Prometheus on :9090; ours never uses it.
+    if not (_which("prometheus") and _which("promtool")):
+        raise PrometheusError("apt-get installed prometheus but the binaries are not on PATH")
+
+
+def prometheus_bin() -> str:
+    ensure_installed()
+    return _which("prometheus")  # type: ignore[return-value]
+
+
+def promtool() -> str:
+    """Path of promtool, installing the package first if needed."""
+    ensure_installed()
+    return _which("promtool")  # type: ignore[return-value]
+
+
+def render_config(
+    scrape_targets: Sequence[str],
+    rule_files: Sequence[str | Path],
+    scrape_interval_s: float,
+    evaluation_interval_s: float,
+    job: str = "connmon",
+) -> str:
+    """prometheus.yml as JSON (a YAML subset), one static job with the given targets."""
+    config = {
+        "global": {
+            "scrape_interval": f"{scrape_interval_s:g}s",
+            "evaluation_interval": f"{evaluation_interval_s:g}s",
+            "scrape_timeout": f"{min(scrape_interval_s, 10):g}s",
+        },
+        "rule_files": [str(Path(r).resolve()) for r in rule_files],
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": list(scrape_targets)}]},
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+@dataclass
+class PrometheusServer:
+    """One Prometheus process; ``start()`` returns when it is ready."""
+
+    scrape_targets: list[str] = field(default_factory=list)
+    rule_files: Sequence[str | Path] = ()
+    scrape_interval_s: float = 1.0
+    evaluation_interval_s: float = 1.0
+    port: int | None = None
+    base_dir: str | None = None
+    pid: int | None = None
+    keep_dir: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> PrometheusServer:
+        binary = prometheus_bin()
+        if self.port is None:
+            self.port = free_port()
+        elif port_in_use(self.port):
+            raise PrometheusError(f"prometheus port {self.port} is already in use on 127.0.0.1")
+        for r in self.rule_files:
+            if not Path(r).exists():
+                raise PrometheusError(f"rule file {r} does not exist")
+        if self.base_dir is None:
+            self.base_dir = tempfile.mkdtemp(prefix="connmon-prometheus-")
+        d = Path(self.base_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        cfg = d / "prometheus.yml"
+        cfg.write_text(
+            render_config(
+                self.scrape_targets,
+                self.rule_files,
+                self.scrape_interval_s,
+                self.evaluation_interval_s,
+            )
+        )
+        log = open(d / "prometheus.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={d / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        self.pid = proc.pid
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _alive(self.pid):
+                tail = (d / "prometheus.log").read_text(errors="replace")[-1500:]
+                self.stop()
+                raise PrometheusError(f"prometheus exited during start:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise PrometheusError(f"prometheus did not become ready within {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        _terminate(self.pid, 15.0)
+        self.pid = None
+        if self.base_dir and not self.keep_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start() if self.pid is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- HTTP API ------------------------------------------------------------------------
+    def api(self, path: str, **params: Any) -> Any:
+        """GET /api/v1/<path>; returns ``data`` or raises with Prometheus' error text."""
+        qs = urllib.parse.urlencode(params)
+        url = f"{self.url}/api/v1/{path}" + (f"?{qs}" if qs else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+        if body.get("status") != "success":
+            raise PrometheusError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; the API's ``data.result``."""
+        return self.api("query", query=expr)["result"]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return self.api("alerts")["alerts"]
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.api("targets")["activeTargets"]
+
+    def wait_for(self, expr: str, timeout_s: float = 60.0, poll_s: float = 1.0) -> list[dict]:
+        """Poll an instant query until it returns a non-empty result."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if result:
+                return result
+            time.sleep(poll_s)
+        raise PrometheusError(f"no result for {expr!r} within {timeout_s:.0f}s")
