@@ -1,0 +1,127 @@
+"""Application names for processes: configured rules first, then defaults.
+
+A rule is a regex matched against the cmdline (args joined by spaces), the executable path or
+the comm; the first match wins and its name may use the match's groups (``\\1``). Defaults: a
+Java main class (``kafka.Kafka`` is ``kafka-broker``) or ``-jar name.jar``, a Python script or
+``-m`` module, else the process name. Names are sanitized and bounded: they become label values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from streaming.agent.procs import ProcInfo
+
+MAX_NAME = 64
+UNKNOWN = "unknown"
+FIELDS = ("cmdline", "exe", "comm")
+
+# Java main classes with a well-known meaning.
+KNOWN_MAIN_CLASSES = {
+    "kafka.Kafka": "kafka-broker",
+    "org.apache.kafka.connect.cli.ConnectDistributed": "kafka-connect",
+    "org.apache.kafka.connect.cli.ConnectStandalone": "kafka-connect",
+    "io.confluent.kafka.schemaregistry.rest.SchemaRegistryMain": "schema-registry",
+    "org.apache.spark.deploy.SparkSubmit": "spark-submit",
+}
+# Java options that take a separate argument.
+_JAVA_ARG_OPTS = {"-cp", "-classpath", "--class-path", "--module-path", "-p", "--add-opens",
+                  "--add-exports", "--add-modules", "--add-reads", "--patch-module"}  # fmt: skip
+_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+_JAR_VERSION = re.compile(r"[-_]v?\d+(\.\d+)*([.-][A-Za-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class AppRule:
+    """``pattern`` searched in ``field`` (cmdline|exe|comm); ``name`` may reference groups."""
+
+    pattern: re.Pattern[str]
+    name: str
+    field: str = "cmdline"
+
+
+def sanitize(name: str) -> str:
+    """Label-safe, bounded name: [A-Za-z0-9._-], at most 64 characters, never empty."""
+    clean = _BAD.sub("-", name).strip("-.")[:MAX_NAME]
+    return clean or UNKNOWN
+
+
+def _java_name(args: tuple[str, ...]) -> str | None:
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a == "-jar" and i + 1 < len(args):
+            stem = os.path.basename(args[i + 1])
+            stem = stem[:-4] if stem.endswith(".jar") else stem
+            return _JAR_VERSION.sub("", stem) or stem
+        if a in _JAVA_ARG_OPTS:
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        if a in KNOWN_MAIN_CLASSES:
+            return KNOWN_MAIN_CLASSES[a]
+        return a.rsplit(".", 1)[-1]
+    return None
+
+
+def _python_name(args: tuple[str, ...]) -> str | None:
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            return args[i + 1].split(".")[0] if args[i + 1] != "pytest" else "pytest"
+        if a == "-c":
+            return None
+        if a in ("-W", "-X"):
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        base = os.path.basename(a)
+        return base[:-3] if base.endswith(".py") else base
+    return None
+
+
+def default_name(info: ProcInfo) -> str:
+    """The app name with no rule matching."""
+    args = info.cmdline
+    prog = os.path.basename(args[0]) if args else ""
+    name: str | None = None
+    if prog == "java" or info.comm == "java":
+        name = _java_name(args)
+    elif prog.startswith("python") or info.comm.startswith("python"):
+        name = _python_name(args)
+    return sanitize(name or info.comm or prog)
+
+
+class AppNamer:
+    """Name processes with ``rules`` then the defaults; results cached per pid."""
+
+    def __init__(self, rules: Iterable[AppRule] = ()) -> None:
+        self.rules = tuple(rules)
+        self._cache: dict[tuple[int, tuple[str, ...]], str] = {}
+
+    def name(self, info: ProcInfo | None) -> str:
+        if info is None:
+            return UNKNOWN
+        key = (info.pid, info.cmdline)
+        cached = self._cache.get(key)
+        if cached is None:
+            if len(self._cache) > 10000:
+                self._cache.clear()
+            cached = self._cache[key] = self._name(info)
+        return cached
+
+    def _name(self, info: ProcInfo) -> str:
+        texts = {"cmdline": " ".join(info.cmdline), "exe": info.exe or "", "comm": info.comm}
+        for rule in self.rules:
+            m = rule.pattern.search(texts[rule.field])
+            if m:
+                return sanitize(m.expand(rule.name))
+        return default_name(info)

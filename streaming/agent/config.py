@@ -1,0 +1,305 @@
+"""Agent settings: a YAML or TOML file, then ``CONNMON_AGENT_*`` environment variables, then
+command-line flags (later wins). Validated at start; every error names the setting.
+
+File layout (YAML; TOML has the same keys)::
+
+    host: web-1                     # default: the host name
+    scan_interval_s: 5
+    summary_interval_s: 15
+    events_topic: connmon.events
+    queue_size: 10000
+    metrics_address: 127.0.0.1:9852 # empty: no /metrics
+    collector: auto                 # auto | netlink | proc
+    kafka:                          # producer (librdkafka) settings, security included
+      bootstrap.servers: kafka-1:9092
+      security.protocol: SASL_SSL
+    clusters:
+      - name: orders
+        bootstrap_servers: kafka-1:9092,kafka-2:9092
+        endpoints: ["1@kafka-1:9092", "kafka-lb:9094"]   # static, optional broker id
+        listener_ports: [9092]      # on a broker host: sockets on these local ports
+        broker_id: 1                # on a broker host: this broker's id
+        metadata_refresh_s: 60
+        kafka: {security.protocol: SSL}                   # for the metadata client
+    apps:
+      - {match: "orders-(\\w+)", name: "orders-\\1", on: cmdline}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streaming.agent.apps import FIELDS as APP_FIELDS
+from streaming.agent.apps import AppRule
+from streaming.agent.collector import COLLECTORS
+from streaming.agent.kafka_meta import split_host_port
+from streaming.cli import ConfigError
+
+ENV_PREFIX = "CONNMON_AGENT_"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    bootstrap_servers: tuple[str, ...] = ()
+    endpoints: tuple[tuple[int | None, str], ...] = ()
+    listener_ports: tuple[int, ...] = ()
+    broker_id: int | None = None
+    metadata_refresh_s: float = 60.0
+    kafka: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    clusters: tuple[ClusterConfig, ...]
+    host: str = field(default_factory=socket.gethostname)
+    scan_interval_s: float = 5.0
+    summary_interval_s: float = 15.0
+    events_topic: str = "connmon.events"
+    queue_size: int = 10000
+    metrics_address: str = "127.0.0.1:9852"
+    collector: str = "auto"
+    kafka: Mapping[str, str] = field(default_factory=dict)
+    apps: tuple[AppRule, ...] = ()
+    proc_root: str = "/proc"
+    flush_timeout_s: float = 10.0
+    metadata_timeout_s: float = 5.0
+
+    @property
+    def bootstrap_servers(self) -> str | None:
+        return self.kafka.get("bootstrap.servers")
+
+
+# Scalar settings: name -> converter. Env: CONNMON_AGENT_<NAME upper>.
+_SCALARS: dict[str, type] = {
+    "host": str,
+    "scan_interval_s": float,
+    "summary_interval_s": float,
+    "events_topic": str,
+    "queue_size": int,
+    "metrics_address": str,
+    "collector": str,
+    "proc_root": str,
+    "flush_timeout_s": float,
+    "metadata_timeout_s": float,
+}
+_KNOWN_TOP = set(_SCALARS) | {"kafka", "clusters", "apps"}
+_KNOWN_CLUSTER = {
+    "name",
+    "bootstrap_servers",
+    "endpoints",
+    "listener_ports",
+    "broker_id",
+    "metadata_refresh_s",
+    "kafka",
+}
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
+    try:
+        if p.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:
+        raise ConfigError(f"config: {p} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {p} must hold a mapping at the top")
+    return data
+
+
+def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Settings from CONNMON_AGENT_* (scalars, BOOTSTRAP_SERVERS, CLUSTER_BOOTSTRAP, KAFKA_*)."""
+    out: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name in _SCALARS:
+            out[name] = value
+        elif name == "bootstrap_servers":
+            out.setdefault("kafka", {})["bootstrap.servers"] = value
+        elif name == "cluster_bootstrap":
+            out["cluster_bootstrap"] = [v for v in value.split(";") if v]
+        elif name.startswith("kafka_"):
+            # CONNMON_AGENT_KAFKA_SASL_PASSWORD -> sasl.password
+            out.setdefault("kafka", {})[name[6:].replace("_", ".")] = value
+        else:
+            raise ConfigError(f"{key}: unknown agent setting")
+    return out
+
+
+def parse_cluster_bootstrap(spec: str) -> ClusterConfig:
+    """'NAME=host:port,host:port' (or just the servers: cluster 'default')."""
+    name, sep, servers = spec.partition("=")
+    if not sep:
+        name, servers = "default", spec
+    return _cluster({"name": name, "bootstrap_servers": servers}, "cluster-bootstrap")
+
+
+def _num(value: Any, conv: type, setting: str, minimum: float | None = None) -> Any:
+    try:
+        out = conv(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{setting}: {value!r} is not a valid {conv.__name__}") from None
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"{setting}: must be at least {minimum}, not {value!r}")
+    return out
+
+
+def _servers(value: Any, setting: str) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value or [])
+    out = tuple(str(s).strip() for s in items if str(s).strip())
+    for hp in out:
+        try:
+            split_host_port(hp)
+        except ValueError:
+            raise ConfigError(f"{setting}: {hp!r} is not host:port") from None
+    return out
+
+
+def _kafka_conf(value: Any, setting: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{setting}: must be a mapping of librdkafka settings")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+
+def _cluster(raw: Any, where: str) -> ClusterConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: each cluster must be a mapping")
+    unknown = sorted(set(raw) - _KNOWN_CLUSTER)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown cluster setting")
+    name = str(raw.get("name") or "").strip()
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        raise ConfigError(f"{where}.name: {name!r} must be 1-64 of [A-Za-z0-9._-]")
+    where = f"clusters.{name}" if where == "clusters" else where
+    endpoints: list[tuple[int | None, str]] = []
+    for item in raw.get("endpoints") or []:
+        ident, sep, hp = str(item).partition("@")
+        bid = _num(ident, int, f"{where}.endpoints", 0) if sep else None
+        endpoints.append((bid, _servers(hp if sep else ident, f"{where}.endpoints")[0]))
+    ports = tuple(
+        _num(p, int, f"{where}.listener_ports", 1) for p in raw.get("listener_ports") or []
+    )
+    if any(p > 65535 for p in ports):
+        raise ConfigError(f"{where}.listener_ports: ports must be 1-65535")
+    bootstrap = _servers(raw.get("bootstrap_servers"), f"{where}.bootstrap_servers")
+    if not bootstrap and not endpoints and not ports:
+        raise ConfigError(
+            f"{where}: needs bootstrap_servers, endpoints or listener_ports to know its brokers"
+        )
+    broker_id = raw.get("broker_id")
+    return ClusterConfig(
+        name=name,
+        bootstrap_servers=bootstrap,
+        endpoints=tuple(endpoints),
+        listener_ports=ports,
+        broker_id=None if broker_id is None else _num(broker_id, int, f"{where}.broker_id", 0),
+        metadata_refresh_s=_num(
+            raw.get("metadata_refresh_s", 60.0), float, f"{where}.metadata_refresh_s", 1.0
+        ),
+        kafka=_kafka_conf(raw.get("kafka"), f"{where}.kafka"),
+    )
+
+
+def _app_rule(raw: Any, i: int) -> AppRule:
+    where = f"apps[{i}]"
+    if not isinstance(raw, Mapping) or "match" not in raw or "name" not in raw:
+        raise ConfigError(f"{where}: needs 'match' (a regex) and 'name'")
+    on = str(raw.get("on", "cmdline"))
+    if on not in APP_FIELDS:
+        raise ConfigError(f"{where}.on: must be one of {', '.join(APP_FIELDS)}, not {on!r}")
+    try:
+        pattern = re.compile(str(raw["match"]))
+    except re.error as exc:
+        raise ConfigError(f"{where}.match: bad regex: {exc}") from None
+    return AppRule(pattern, str(raw["name"]), on)
+
+
+def build(
+    file_data: Mapping[str, Any] | None = None,
+    env: Mapping[str, Any] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> AgentConfig:
+    """Merge file < env < flags (None flag values are ignored) and validate."""
+    merged: dict[str, Any] = {}
+    for layer in (file_data or {}, env or {}, flags or {}):
+        for k, v in layer.items():
+            if v is None:
+                continue
+            if k == "kafka":
+                merged["kafka"] = {**merged.get("kafka", {}), **_kafka_conf(v, "kafka")}
+            else:
+                merged[k] = v
+    unknown = sorted(set(merged) - _KNOWN_TOP - {"cluster_bootstrap"})
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown agent setting")
+    scalars: dict[str, Any] = {}
+    for name, conv in _SCALARS.items():
+        if name in merged:
+            scalars[name] = _num(merged[name], conv, name) if conv is not str else str(merged[name])
+    for name in ("scan_interval_s", "summary_interval_s", "flush_timeout_s", "metadata_timeout_s"):
+        if name in scalars and scalars[name] <= 0:
+            raise ConfigError(f"{name}: must be positive, not {scalars[name]}")
+    if "queue_size" in scalars and scalars["queue_size"] < 1:
+        raise ConfigError(f"queue_size: must be at least 1, not {scalars['queue_size']}")
+    if scalars.get("collector", "auto") not in COLLECTORS:
+        raise ConfigError(f"collector: must be one of {', '.join(COLLECTORS)}")
+    if scalars.get("events_topic") == "":
+        raise ConfigError("events_topic: must not be empty")
+    addr = scalars.get("metrics_address", "")
+    if addr:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ConfigError(f"metrics_address: {addr!r} is not host:port")
+    raw_clusters = merged.get("clusters") or []
+    if not isinstance(raw_clusters, list):
+        raise ConfigError("clusters: must be a list")
+    clusters = [_cluster(c, "clusters") for c in raw_clusters]
+    for spec in merged.get("cluster_bootstrap") or []:
+        c = parse_cluster_bootstrap(spec)
+        clusters = [x for x in clusters if x.name != c.name] + [c]
+    kafka = merged.get("kafka", {})
+    if not clusters and kafka.get("bootstrap.servers"):
+        _servers(kafka["bootstrap.servers"], "bootstrap-servers")
+        clusters = [ClusterConfig("default", _servers(kafka["bootstrap.servers"], "kafka"))]
+    if not clusters:
+        raise ConfigError("clusters: none configured (give --cluster-bootstrap or a config file)")
+    names = [c.name for c in clusters]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"clusters: duplicate cluster name in {names}")
+    apps = merged.get("apps") or []
+    if not isinstance(apps, list):
+        raise ConfigError("apps: must be a list of rules")
+    return AgentConfig(
+        clusters=tuple(clusters),
+        kafka=kafka,
+        apps=tuple(_app_rule(r, i) for i, r in enumerate(apps)),
+        **scalars,
+    )
+
+
+def load(
+    path: str | None, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> AgentConfig:
+    """The agent's configuration from a file (optional), the environment and flags."""
+    file_data = read_file(path) if path else {}
+    return build(file_data, from_env(os.environ if environ is None else environ), flags)

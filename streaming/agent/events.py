@@ -1,0 +1,49 @@
+"""Event envelopes: schema version, kind, event time, host, agent id, per-agent sequence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from streaming.schema.events import SCHEMA_VERSION
+
+
+def iso_utc(ts: float) -> str:
+    """ISO 8601 UTC with milliseconds and a Z suffix."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def make_agent_id(host: str, started: float) -> str:
+    return f"{host}-{int(started * 1000)}"
+
+
+class EventFactory:
+    """Wrap field dicts in the envelope; ``seq`` increases by one per event, from 0."""
+
+    def __init__(self, host: str, agent_id: str, clock: Callable[[], float] = time.time) -> None:
+        self.host = host
+        self.agent_id = agent_id
+        self.clock = clock
+        self.seq = 0
+
+    def make(self, fields: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+        ev: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "kind": fields["kind"],
+            "event_time": iso_utc(self.clock() if at is None else at),
+            "host": self.host,
+            "agent_id": self.agent_id,
+            "seq": self.seq,
+        }
+        self.seq += 1
+        for k, v in fields.items():
+            if k != "kind" and v is not None:
+                ev[k] = v
+        return ev
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, separators=(",", ":"), allow_nan=False).encode()

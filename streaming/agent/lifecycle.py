@@ -1,0 +1,321 @@
+"""Per-socket lifecycle between scans, and per-group summaries. Pure: fed snapshots and a clock.
+
+A socket is keyed by its 4-tuple, which survives the step into TIME_WAIT (where the kernel drops
+the inode) and orphaned FIN_WAIT. The tracker emits:
+
+- ``opened``: a socket not seen before (``open_reason`` ``initial`` on the first scan);
+- ``transition``: its state changed (with ``closed_by`` once a closing path is known);
+- ``closed``: the connection is over, either because the socket left the table or because it
+  entered TIME_WAIT / CLOSE (the rest of TIME_WAIT is kernel bookkeeping, seen in summaries).
+
+``closed_by``: a path through CLOSE_WAIT/LAST_ACK means the peer closed first; through
+FIN_WAIT1/FIN_WAIT2/CLOSING/TIME_WAIT means this side did; otherwise unknown (e.g. the socket
+vanished between two scans, or was reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from streaming.agent.records import (
+    CLOSE,
+    CLOSE_WAIT,
+    CLOSING,
+    ESTABLISHED,
+    FIN_WAIT1,
+    FIN_WAIT2,
+    LAST_ACK,
+    SYN_RECV,
+    SYN_SENT,
+    TIME_WAIT,
+    SocketRecord,
+)
+from streaming.schema.events import TCP_STATES
+
+PEER_CLOSE_STATES = frozenset({CLOSE_WAIT, LAST_ACK})
+LOCAL_CLOSE_STATES = frozenset({FIN_WAIT1, FIN_WAIT2, CLOSING, TIME_WAIT})
+CLOSING_STATES = PEER_CLOSE_STATES | LOCAL_CLOSE_STATES | {CLOSE}
+# States that end the connection for good: after them only kernel bookkeeping remains.
+FINAL_STATES = frozenset({TIME_WAIT, CLOSE})
+OPENING_STATES = frozenset({SYN_SENT, SYN_RECV, ESTABLISHED})
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What a socket means: Kafka attribution and owning process."""
+
+    cluster: str | None
+    side: str
+    app: str
+    broker_id: int | None
+    broker_endpoint: str
+    peer_host: str | None = None
+    bootstrap: bool = False
+    pid: int | None = None
+    comm: str | None = None
+    container: str | None = None
+
+    @property
+    def broker(self) -> str:
+        return str(self.broker_id) if self.broker_id is not None else self.broker_endpoint
+
+
+@dataclass(slots=True)
+class Tracked:
+    rec: SocketRecord
+    meta: Meta
+    first_seen: float
+    state_since: float
+    last_sample: float
+    idle_s: float | None
+    open_idle_s: float | None  # last idle sampled while not closing
+    open_sample: float
+    closed_by: str | None = None
+    close_began: float | None = None
+    idle_at_close_s: float | None = None
+    closed_emitted: bool = False
+    last_sample_before: float = 0.0
+    gen: int = 0  # the last scan that saw it
+
+
+def _closed_by_for(state: int) -> str | None:
+    if state in PEER_CLOSE_STATES:
+        return "peer"
+    if state in LOCAL_CLOSE_STATES:
+        return "local"
+    return None
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(max(x, 0.0), nd)
+
+
+class Tracker:
+    """Feed ``update(now, observations)`` one scan at a time; it returns event field dicts."""
+
+    def __init__(self) -> None:
+        self.sockets: dict[tuple[str, int, str, int], Tracked] = {}
+        self.initialized = False
+        self._last_groups: dict[tuple, tuple[int | None, str]] = {}
+        self._gen = 0
+
+    # ---- per-socket events ---------------------------------------------------------------
+    def update(
+        self,
+        now: float,
+        observations: Iterable[tuple[SocketRecord, Meta | None]],
+        unchanged: Iterable[tuple[Tracked, SocketRecord]] = (),
+    ) -> list[dict]:
+        """Apply one scan. A None meta keeps the socket's meaning; a new socket needs one.
+        ``unchanged`` is the caller's fast path: tracked sockets whose state and inode did not
+        change, with their new record (only the tcp_info numbers are new)."""
+        events: list[dict] = []
+        initial = not self.initialized
+        self.initialized = True
+        self._gen += 1
+        gen = self._gen
+        sockets = self.sockets
+        for t, rec in unchanged:
+            t.rec = rec
+            if rec.idle_ms is not None:
+                t.idle_s = rec.idle_ms / 1000.0
+                if rec.state not in CLOSING_STATES:
+                    t.open_idle_s, t.open_sample = t.idle_s, now
+            elif t.idle_s is not None:
+                t.idle_s += now - t.last_sample
+            t.last_sample_before, t.last_sample = t.last_sample, now
+            t.gen = gen
+        for rec, meta in observations:
+            key = (rec.src, rec.sport, rec.dst, rec.dport)
+            t = sockets.get(key)
+            if t is not None and self._is_reuse(t, rec):
+                self._close(t, now, events)
+                del sockets[key]
+                t = None
+            if t is None:
+                if meta is None:
+                    raise ValueError(f"new socket {rec.conn} needs its Meta")
+                t = self._open(key, rec, meta, now, initial, events)
+            else:
+                self._observe(t, rec, meta, now, events)
+            t.gen = gen
+        for key in [k for k, t in sockets.items() if t.gen != gen]:
+            t = sockets.pop(key)
+            if not t.closed_emitted:
+                self._close(t, now, events)
+        return events
+
+    @staticmethod
+    def _is_reuse(t: Tracked, rec: SocketRecord) -> bool:
+        """Same 4-tuple, different socket: a new inode, or an opening state after a closing one."""
+        if rec.inode and t.rec.inode and rec.inode != t.rec.inode:
+            return True
+        return t.rec.state in CLOSING_STATES and rec.state in OPENING_STATES
+
+    def _open(self, key, rec, meta, now, initial, events) -> Tracked:
+        idle = rec.idle_ms / 1000.0 if rec.idle_ms is not None else None
+        entered = self._entered(rec, now, None)
+        t = Tracked(rec, meta, min(now, entered), entered, now, idle, idle, now)
+        self.sockets[key] = t
+        events.append(self._fields(t, "opened", now, open_reason="initial" if initial else "new"))
+        cb = _closed_by_for(rec.state)
+        if cb is not None:
+            t.closed_by = cb
+            t.close_began = entered
+        if rec.state in FINAL_STATES:
+            if initial:
+                # Closed before the agent started: how long it lived is unknown, so it is not
+                # reported as a short-lived connection; summaries still count it.
+                t.closed_emitted = True
+            else:
+                # Born and finished between two scans: short-lived evidence (connection storms).
+                self._close(t, now, events)
+        return t
+
+    def _observe(
+        self, t: Tracked, rec: SocketRecord, meta: Meta | None, now: float, events
+    ) -> None:
+        prev = t.rec.state
+        if meta is not None and (meta.pid is not None or t.meta.pid is None):
+            t.meta = meta
+        t.rec = rec
+        if rec.idle_ms is not None:
+            t.idle_s = rec.idle_ms / 1000.0
+            if rec.state not in CLOSING_STATES:
+                t.open_idle_s, t.open_sample = t.idle_s, now
+        elif t.idle_s is not None:
+            t.idle_s += now - t.last_sample  # TIME_WAIT has no tcp_info: keep counting
+        t.last_sample_before, t.last_sample = t.last_sample, now
+        if rec.state == prev:
+            return
+        t.state_since = self._entered(rec, now, t.last_sample_before)
+        if t.closed_by is None:
+            cb = _closed_by_for(rec.state)
+            if cb is not None:
+                t.closed_by = cb
+                t.close_began = t.state_since
+                t.idle_at_close_s = self._idle_at(t, t.state_since)
+        events.append(self._fields(t, "transition", now, prev_state=TCP_STATES.get(prev)))
+        if rec.state in FINAL_STATES and not t.closed_emitted:
+            self._close(t, now, events)
+
+    @staticmethod
+    def _entered(rec: SocketRecord, now: float, prev_sample: float | None) -> float:
+        """When the socket entered its current state: now, except for CLOSE_WAIT, dated by the
+        peer's FIN (tcpi_last_ack_recv), no earlier than the previous scan."""
+        if rec.state == CLOSE_WAIT and rec.last_ack_recv_ms is not None:
+            since = now - rec.last_ack_recv_ms / 1000.0
+            return since if prev_sample is None else max(since, prev_sample)
+        return now
+
+    @staticmethod
+    def _idle_at(t: Tracked, now: float) -> float | None:
+        if t.open_idle_s is None:
+            return None
+        return t.open_idle_s + (now - t.open_sample)
+
+    def _close(self, t: Tracked, now: float, events: list[dict]) -> None:
+        if t.close_began is None:
+            t.close_began = now
+            t.idle_at_close_s = self._idle_at(t, now)
+        ev = self._fields(t, "closed", now, closed_by=t.closed_by or "unknown")
+        ev["lifetime_s"] = _r(t.close_began - t.first_seen)
+        ev["idle_at_close_s"] = _r(t.idle_at_close_s)
+        events.append(ev)
+        t.closed_emitted = True
+
+    @staticmethod
+    def _fields(t: Tracked, kind: str, now: float, **extra: Any) -> dict:
+        m, r = t.meta, t.rec
+        ev: dict[str, Any] = {
+            "kind": kind,
+            "cluster": m.cluster,
+            "side": m.side,
+            "app": m.app,
+            "broker_id": m.broker_id,
+            "broker_endpoint": m.broker_endpoint,
+            "peer_host": m.peer_host,
+            "bootstrap": m.bootstrap,
+            "pid": m.pid,
+            "comm": m.comm,
+            "container": m.container,
+            "conn": r.conn,
+            "inode": r.inode,
+            "state": TCP_STATES.get(r.state, "CLOSE"),
+            "state_age_s": _r(now - t.state_since),
+            "idle_s": _r(t.idle_s),
+            "lifetime_s": _r(now - t.first_seen),
+            "bytes_sent": r.bytes_acked,
+            "bytes_received": r.bytes_received,
+            "rtt_s": None if r.rtt_us is None else r.rtt_us / 1e6,
+        }
+        if t.closed_by is not None and kind != "opened":
+            ev["closed_by"] = t.closed_by
+        ev.update(extra)
+        return ev
+
+    # ---- summaries ----------------------------------------------------------------------
+    def summaries(self, now: float, interval_s: float) -> list[dict]:
+        """One summary per (cluster, side, app, broker, peer_host, state) group with sockets now,
+        plus a zero-count summary for each group that had sockets last time (so a drop is seen).
+        """
+        groups: dict[tuple, list[Tracked]] = {}
+        for t in self.sockets.values():
+            m = t.meta
+            key = (m.cluster, m.side, m.app, m.broker, m.peer_host, t.rec.state)
+            groups.setdefault(key, []).append(t)
+        out: list[dict] = []
+        for key, members in groups.items():
+            m = members[0].meta
+            out.append(self._summary(key, members, now, interval_s, m.broker_id, m.broker_endpoint))
+        for key, (broker_id, endpoint) in self._last_groups.items():
+            if key not in groups:
+                out.append(self._summary(key, [], now, interval_s, broker_id, endpoint))
+        self._last_groups = {
+            k: (ms[0].meta.broker_id, ms[0].meta.broker_endpoint) for k, ms in groups.items()
+        }
+        return out
+
+    @staticmethod
+    def _summary(
+        key: tuple,
+        members: list[Tracked],
+        now: float,
+        interval_s: float,
+        broker_id: int | None,
+        broker_endpoint: str,
+    ) -> dict:
+        cluster, side, app, _broker, peer_host, state = key
+        per_pid: dict[int, list[Tracked]] = {}
+        for t in members:
+            if t.meta.pid is not None:
+                per_pid.setdefault(t.meta.pid, []).append(t)
+        dup_idle: float | None = None
+        dup_conn: str | None = None
+        dups = [ts for ts in per_pid.values() if len(ts) > 1]
+        for ts in dups:
+            for t in ts:
+                if t.idle_s is not None and (dup_idle is None or t.idle_s > dup_idle):
+                    dup_idle, dup_conn = t.idle_s, t.rec.conn
+        idles = [t.idle_s for t in members if t.idle_s is not None]
+        return {
+            "kind": "summary",
+            "cluster": cluster,
+            "side": side,
+            "app": app,
+            "broker_id": broker_id,
+            "broker_endpoint": broker_endpoint,
+            "peer_host": peer_host,
+            "state": TCP_STATES.get(state, "CLOSE"),
+            "count": len(members),
+            "oldest_state_age_s": _r(max((now - t.state_since for t in members), default=0.0)),
+            "max_idle_s": _r(max(idles)) if idles else None,
+            "processes": len(per_pid),
+            "max_per_process": max((len(ts) for ts in per_pid.values()), default=0),
+            "dup_processes": len(dups),
+            "dup_max_idle_s": _r(dup_idle),
+            "dup_conn": dup_conn,
+            "interval_s": interval_s,
+        }

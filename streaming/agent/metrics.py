@@ -1,0 +1,65 @@
+"""The agent's /metrics: prometheus-client objects built from ``streaming.metricnames.agent``."""
+
+from __future__ import annotations
+
+from collections import Counter as _Tally
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from streaming.metricnames import agent as names
+from streaming.metricnames.base import Metric
+
+SCAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def _counter(m: Metric, reg: CollectorRegistry) -> Counter:
+    # prometheus-client appends _total itself.
+    return Counter(m.name.removesuffix("_total"), m.help, m.labels, registry=reg)
+
+
+def _gauge(m: Metric, reg: CollectorRegistry) -> Gauge:
+    return Gauge(m.name, m.help, m.labels, registry=reg)
+
+
+class AgentMetrics:
+    """Self-metrics in a private registry (tests read them with ``get_sample_value``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = reg = registry or CollectorRegistry()
+        self.scan_duration = Histogram(
+            names.SCAN_DURATION.name, names.SCAN_DURATION.help, buckets=SCAN_BUCKETS, registry=reg
+        )
+        self.sockets = _gauge(names.SOCKETS, reg)
+        self.produced = _counter(names.EVENTS_PRODUCED, reg)
+        self.dropped = _counter(names.EVENTS_DROPPED, reg)
+        self.delivery_errors = _counter(names.DELIVERY_ERRORS, reg)
+        self.collector = _gauge(names.COLLECTOR_INFO, reg)
+        self.last_scan = _gauge(names.LAST_SCAN, reg)
+        self.last_metadata = _gauge(names.LAST_METADATA_REFRESH, reg)
+        self.queue = _gauge(names.QUEUE_LENGTH, reg)
+        self.up = _gauge(names.UP, reg)
+        self._socket_keys: set[tuple[str, str]] = set()
+        self.dropped_since_start = 0
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.dropped.labels(reason).inc(n)
+        self.dropped_since_start += n
+
+    def set_collector(self, name: str) -> None:
+        for other in ("netlink", "proc"):
+            self.collector.labels(other).set(1 if other == name else 0)
+
+    def set_sockets(self, counts: _Tally) -> None:
+        """Replace the per (state, side) socket gauges with this scan's counts."""
+        for key in self._socket_keys - set(counts):
+            self.sockets.labels(*key).set(0)
+        for (state, side), n in counts.items():
+            self.sockets.labels(state, side).set(n)
+        self._socket_keys |= set(counts)
+
+    def serve(self, address: str) -> tuple:
+        """Serve /metrics on 'host:port'; returns (server, thread)."""
+        host, _, port = address.rpartition(":")
+        return start_http_server(
+            int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.registry
+        )

@@ -1,0 +1,251 @@
+"""TCP sockets from the kernel over netlink sock_diag (what ``ss -tani`` does), with tcp_info.
+
+Pure functions build the request (and the optional in-kernel port filter) and parse the reply;
+``dump()`` is the only function that talks to the kernel. Layouts: linux/netlink.h,
+linux/inet_diag.h (``inet_diag_req_v2``, ``inet_diag_msg``, ``inet_diag_bc_op``), linux/tcp.h
+(``tcp_info``).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+from collections.abc import Iterable
+
+from streaming.agent.records import LISTEN, SocketRecord
+
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+INET_DIAG_REQ_BYTECODE = 1
+INET_DIAG_INFO = 2
+INET_DIAG_BC_JMP = 1
+INET_DIAG_BC_S_EQ = 11
+INET_DIAG_BC_D_EQ = 12
+
+# Every state but LISTEN: listeners are not connections.
+ALL_BUT_LISTEN = 0xFFFFFFFF & ~(1 << LISTEN)
+
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_NLA = struct.Struct("=HH")  # rtattr: len, type
+_REQ = struct.Struct("=BBBBI48x")  # inet_diag_req_v2 with an all-zero inet_diag_sockid
+_BC_OP = struct.Struct("=BBH")  # inet_diag_bc_op: code, yes, no
+# nlmsghdr (len, type) + inet_diag_msg (family, state, sport, dport, src, dst, uid, inode).
+_MSG = struct.Struct("=IH10xBB2xHH16s16s4x8x4x4x4xII")
+_MSG_SIZE = _MSG.size  # 16 + 72
+# tcp_info: state@0, last_data_sent@44, last_data_recv@52, last_ack_recv@56, rtt@68,
+# bytes_acked@120, bytes_received@128. Kernels before 4.1 lack the byte counters (shorter).
+_TCPI_FULL = struct.Struct("=B43xI4xII8xI48xQQ")
+_TCPI_SHORT = struct.Struct("=B43xI4xII8xI")
+_ERRNO = struct.Struct("=i")
+_SWAP = sys.byteorder == "little"  # ports are big-endian in inet_diag_sockid
+
+_addr_cache: dict[int, dict[bytes, str]] = {socket.AF_INET: {}, socket.AF_INET6: {}}
+# Where INET_DIAG_INFO sat in the last message of each (family, length): a kernel lays out the
+# attributes of same-sized messages the same way, so one check usually replaces a walk.
+_info_at: dict[tuple[int, int], int] = {}
+
+
+class NetlinkError(OSError):
+    """The kernel answered the dump with an error (errno set)."""
+
+
+def build_port_filter(ports: Iterable[int]) -> bytes:
+    """inet_diag bytecode accepting sockets whose local or remote port is in ``ports``.
+
+    Compiled the way ``ss`` compiles ``sport = :a or dport = :a or ...``: each test falls through
+    on a match into a JMP that skips to the end (accept); a miss skips over that JMP to the next
+    test; the last miss jumps 4 bytes past the end (reject).
+    """
+    wanted = sorted({int(p) for p in ports})
+    if not wanted:
+        raise ValueError("port filter needs at least one port")
+    for p in wanted:
+        if not 0 < p < 65536:
+            raise ValueError(f"port {p} out of range")
+    tests = [(code, p) for p in wanted for code in (INET_DIAG_BC_S_EQ, INET_DIAG_BC_D_EQ)]
+    code: bytes = b""
+    for test_code, port in reversed(tests):
+        test = _BC_OP.pack(test_code, 8, 12) + _BC_OP.pack(0, 0, port)
+        code = test if not code else test + _BC_OP.pack(INET_DIAG_BC_JMP, 4, len(code) + 4) + code
+    return code
+
+
+def build_request(
+    family: int, ports: Iterable[int] | None = None, seq: int = 1, states: int = ALL_BUT_LISTEN
+) -> bytes:
+    """A SOCK_DIAG_BY_FAMILY dump request for TCP sockets of ``family`` asking for tcp_info."""
+    payload = _REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0, states)
+    if ports:
+        bc = build_port_filter(ports)
+        payload += _NLA.pack(_NLA.size + len(bc), INET_DIAG_REQ_BYTECODE) + bc
+    flags = NLM_F_REQUEST | NLM_F_DUMP
+    return (
+        _NLMSGHDR.pack(_NLMSGHDR.size + len(payload), SOCK_DIAG_BY_FAMILY, flags, seq, 0) + payload
+    )
+
+
+def _addr(family: int, raw: bytes) -> str:
+    cache = _addr_cache[family]
+    text = cache.get(raw)
+    if text is None:
+        if family == socket.AF_INET:
+            text = socket.inet_ntop(socket.AF_INET, raw[:4])
+        elif raw[:12] == b"\0" * 10 + b"\xff\xff":
+            # IPv4-mapped (a Java client on a dual-stack socket): report the IPv4 address.
+            text = socket.inet_ntop(socket.AF_INET, raw[12:])
+        else:
+            text = socket.inet_ntop(socket.AF_INET6, raw)
+        if len(cache) > 65536:
+            cache.clear()
+        cache[raw] = text
+    return text
+
+
+def _find_info(data: bytes | memoryview, off: int, mlen: int) -> tuple[int, int]:
+    """(offset of the tcp_info payload, its size) in one message; (0, 0) when absent."""
+    a = off + _MSG_SIZE
+    mend = off + mlen
+    while a + 4 <= mend:
+        alen, atype = _NLA.unpack_from(data, a)
+        if alen < 4:
+            break
+        if atype == INET_DIAG_INFO:
+            return a + 4, alen - 4
+        a += (alen + 3) & ~3
+    return 0, 0
+
+
+def parse_into(data: bytes | memoryview, out: list[SocketRecord]) -> bool:
+    """Append the sockets in one netlink read to ``out``; True once NLMSG_DONE is seen.
+
+    Raises NetlinkError for an NLMSG_ERROR reply. This is the agent's hot loop: one
+    ``unpack_from`` for header and message, one for tcp_info, cached address strings.
+    """
+    end = len(data)
+    off = 0
+    unpack_msg = _MSG.unpack_from
+    unpack_nla = _NLA.unpack_from
+    full, short = _TCPI_FULL, _TCPI_SHORT
+    full_size, short_size = full.size, short.size
+    min_info_len = _MSG_SIZE + 4 + short_size
+    caches = _addr_cache
+    info_at = _info_at
+    append = out.append
+    swap = _SWAP
+    while off + 16 <= end:
+        if off + _MSG_SIZE <= end:
+            mlen, mtype, fam, state, sport, dport, src, dst, uid, inode = unpack_msg(data, off)
+        else:
+            mlen, mtype = _NLMSGHDR.unpack_from(data, off)[:2]
+        if mtype != SOCK_DIAG_BY_FAMILY or mlen < _MSG_SIZE:
+            if mlen < 16:
+                raise NetlinkError(0, f"malformed netlink message length {mlen}")
+            if mtype == NLMSG_DONE:
+                return True
+            if mtype == NLMSG_ERROR:
+                err = -_ERRNO.unpack_from(data, off + 16)[0]
+                raise NetlinkError(err, f"sock_diag dump failed: errno {err}")
+            off += (mlen + 3) & ~3
+            continue
+        if swap:
+            sport = ((sport & 0xFF) << 8) | (sport >> 8)
+            dport = ((dport & 0xFF) << 8) | (dport >> 8)
+        cache = caches[fam]
+        s_txt = cache.get(src) or _addr(fam, src)
+        d_txt = cache.get(dst) or _addr(fam, dst)
+        if mlen >= min_info_len:  # shorter ones (TIME_WAIT, SYN_RECV) cannot hold tcp_info
+            key = (fam, mlen)
+            rel = info_at.get(key)
+            if rel is not None and unpack_nla(data, off + rel)[1] == INET_DIAG_INFO:
+                at, size = off + rel + 4, unpack_nla(data, off + rel)[0] - 4
+            else:
+                at, size = _find_info(data, off, mlen)
+                if at:
+                    info_at[key] = at - 4 - off
+            if size >= full_size:
+                _, snd, rcv, ack, rtt, acked, received = full.unpack_from(data, at)
+            elif size >= short_size:
+                _, snd, rcv, ack, rtt = short.unpack_from(data, at)
+                acked = received = None
+            else:
+                at = 0
+            if at:
+                append(
+                    SocketRecord(
+                        fam,
+                        state,
+                        s_txt,
+                        sport,
+                        d_txt,
+                        dport,
+                        inode,
+                        uid,
+                        snd if snd < rcv else rcv,
+                        snd,
+                        rcv,
+                        acked,
+                        received,
+                        rtt,
+                        ack,
+                    )  # fmt: skip
+                )
+                off += (mlen + 3) & ~3
+                continue
+        append(SocketRecord(fam, state, s_txt, sport, d_txt, dport, inode, uid))
+        off += (mlen + 3) & ~3
+    return False
+
+
+def parse_messages(data: bytes | memoryview) -> list[SocketRecord]:
+    """Every socket in a buffer of netlink messages (a capture of one or more reads)."""
+    out: list[SocketRecord] = []
+    off = 0
+    end = len(data)
+    # A capture is a concatenation of reads; parse_into stops at NLMSG_DONE, so walk past it.
+    while off < end:
+        done = parse_into(memoryview(data)[off:], out)
+        if not done:
+            break
+        off += _next_after_done(data, off)
+    return out
+
+
+def _next_after_done(data: bytes | memoryview, start: int) -> int:
+    off = start
+    while off + 16 <= len(data):
+        mlen, mtype = _NLMSGHDR.unpack_from(data, off)[:2]
+        off += (mlen + 3) & ~3
+        if mtype == NLMSG_DONE:
+            return off - start
+    return len(data) - start
+
+
+def dump(
+    ports: Iterable[int] | None = None,
+    families: tuple[int, ...] = (socket.AF_INET, socket.AF_INET6),
+    capture: list[bytes] | None = None,
+) -> list[SocketRecord]:
+    """Dump TCP sockets (optionally only those with a port in ``ports``) from the kernel.
+
+    ``capture`` receives a copy of every read, for fixture files. Raises OSError (EPERM,
+    EPROTONOSUPPORT, ...) when sock_diag is unavailable.
+    """
+    port_list = sorted(set(ports)) if ports else None
+    out: list[SocketRecord] = []
+    buf = bytearray(1 << 16)
+    view = memoryview(buf)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
+        for seq, family in enumerate(families, 1):
+            s.sendall(build_request(family, port_list, seq))
+            while True:
+                n = s.recv_into(buf)
+                if capture is not None:
+                    capture.append(bytes(view[:n]))
+                if parse_into(view[:n], out):
+                    break
+    return out

@@ -1,0 +1,153 @@
+"""Socket inode -> owning process, from ``<proc_root>/<pid>/fd``, cached between scans.
+
+A full walk of every process's fds is what ``ss -p`` does on each call and costs far more than
+the socket dump. Here each pid's socket inodes are remembered; a scan reads only pids that are
+new, and rereads the known ones only when a socket inode appears that no cached pid owns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    comm: str
+    cmdline: tuple[str, ...]
+    exe: str | None
+    container: str | None
+
+
+def parse_cgroup(text: str) -> str | None:
+    """Container id (12 hex) from a /proc/<pid>/cgroup file, prefixed by the Kubernetes pod uid
+    when the path has one ("<pod-uid>/<cid>"); None outside containers."""
+    pod = _POD_UID.search(text)
+    cid = _CONTAINER_ID.search(text)
+    if cid is None and pod is None:
+        return None
+    short = cid.group(1)[:12] if cid else None
+    if pod is None:
+        return short
+    uid = pod.group(1).replace("_", "-")
+    return f"{uid}/{short}" if short else uid
+
+
+def parse_cmdline(raw: bytes) -> tuple[str, ...]:
+    """NUL-separated argv from /proc/<pid>/cmdline."""
+    return tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a)
+
+
+class ProcessTable:
+    """Map socket inodes to processes; ``proc_root`` may point at a fixture tree."""
+
+    def __init__(self, proc_root: str | Path = "/proc") -> None:
+        self.proc_root = str(proc_root)
+        self._pid_inodes: dict[int, frozenset[int]] = {}
+        self._owner: dict[int, int] = {}
+        self._info: dict[int, ProcInfo | None] = {}
+        self._unresolvable: set[int] = set()
+        self.pid_scans = 0  # fd directories read, for tests and benchmarks
+
+    def lookup(self, inodes: set[int]) -> dict[int, ProcInfo]:
+        """Owners of the given socket inodes (inode 0 and unowned inodes are left out)."""
+        wanted = {i for i in inodes if i}
+        pids = self._list_pids()
+        for gone in [p for p in self._pid_inodes if p not in pids]:
+            self._forget(gone)
+        fresh = [pid for pid in pids if pid not in self._pid_inodes]
+        for pid in fresh:
+            self._scan_pid(pid)
+        missing = wanted - self._owner.keys() - self._unresolvable
+        if missing:
+            # Processes that already own a wanted socket are the likeliest to have opened more.
+            pids.sort(key=lambda p: self._pid_inodes.get(p, frozenset()).isdisjoint(wanted))
+            done = set(fresh)
+            for pid in pids:
+                if pid in done:
+                    continue
+                self._scan_pid(pid)
+                missing -= self._pid_inodes.get(pid, frozenset())
+                if not missing:
+                    break
+            # Sockets of other network namespaces' processes we cannot see, or orphans:
+            # do not walk everything again for them on every scan.
+            self._unresolvable |= missing
+        self._unresolvable &= wanted
+        out: dict[int, ProcInfo] = {}
+        for inode in wanted:
+            pid = self._owner.get(inode)
+            if pid is None:
+                continue
+            info = self.info(pid)
+            if info is not None:
+                out[inode] = info
+        return out
+
+    def info(self, pid: int) -> ProcInfo | None:
+        if pid not in self._info:
+            self._info[pid] = self._read_info(pid)
+        return self._info[pid]
+
+    def _list_pids(self) -> list[int]:
+        try:
+            return [int(n) for n in os.listdir(self.proc_root) if n.isdigit()]
+        except OSError:
+            return []
+
+    def _forget(self, pid: int) -> None:
+        for inode in self._pid_inodes.pop(pid, ()):
+            if self._owner.get(inode) == pid:
+                del self._owner[inode]
+        self._info.pop(pid, None)
+
+    def _scan_pid(self, pid: int) -> None:
+        self.pid_scans += 1
+        fd_dir = f"{self.proc_root}/{pid}/fd"
+        inodes: set[int] = set()
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:  # gone, or not ours to read (needs CAP_SYS_PTRACE / DAC_READ_SEARCH)
+            names = []
+        for name in names:
+            try:
+                link = os.readlink(f"{fd_dir}/{name}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(int(link[8:-1]))
+        old = self._pid_inodes.get(pid, frozenset())
+        for inode in old - inodes:
+            if self._owner.get(inode) == pid:
+                del self._owner[inode]
+        for inode in inodes:
+            self._owner.setdefault(inode, pid)
+        self._pid_inodes[pid] = frozenset(inodes)
+
+    def _read_info(self, pid: int) -> ProcInfo | None:
+        base = Path(self.proc_root) / str(pid)
+        try:
+            comm = (base / "comm").read_text().strip()
+        except OSError:
+            return None
+        try:
+            cmdline = parse_cmdline((base / "cmdline").read_bytes())
+        except OSError:
+            cmdline = ()
+        try:
+            exe: str | None = os.readlink(base / "exe")
+        except OSError:
+            exe = None
+        try:
+            container = parse_cgroup((base / "cgroup").read_text())
+        except OSError:
+            container = None
+        return ProcInfo(pid, comm, cmdline, exe, container)

@@ -1,0 +1,197 @@
+"""The agent loop: scan, attribute, classify, track, emit. All I/O comes in through the
+constructor (collector, process table, metadata, sink, clock) so tests can replace any of it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from streaming import __version__
+from streaming.agent import procnet
+from streaming.agent.apps import AppNamer
+from streaming.agent.collector import Collector
+from streaming.agent.config import AgentConfig
+from streaming.agent.events import EventFactory, make_agent_id
+from streaming.agent.kafka_meta import ClusterEndpoints, MetadataRefresher, classify
+from streaming.agent.lifecycle import Meta, Tracker
+from streaming.agent.metrics import AgentMetrics
+from streaming.agent.procs import ProcessTable
+from streaming.schema.events import TCP_STATES
+
+log = logging.getLogger(__name__)
+
+
+def cluster_endpoints(cfg: AgentConfig) -> list[ClusterEndpoints]:
+    return [
+        ClusterEndpoints(
+            name=c.name,
+            static=c.endpoints,
+            bootstrap=c.bootstrap_servers,
+            listener_ports=c.listener_ports,
+            local_broker_id=c.broker_id,
+        )
+        for c in cfg.clusters
+    ]
+
+
+def make_refresher(cfg: AgentConfig, metrics: AgentMetrics) -> MetadataRefresher:
+    return MetadataRefresher(
+        cluster_endpoints(cfg),
+        bootstrap_of={c.name: ",".join(c.bootstrap_servers) for c in cfg.clusters},
+        kafka_config_of={c.name: dict(c.kafka) for c in cfg.clusters},
+        refresh_s={c.name: c.metadata_refresh_s for c in cfg.clusters},
+        on_refresh=lambda name, ts: metrics.last_metadata.labels(name).set(ts),
+    )
+
+
+class Agent:
+    """One agent instance; ``scan()`` does one scan, ``run()`` loops until stopped."""
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        sink: Any,
+        metrics: AgentMetrics,
+        refresher: MetadataRefresher,
+        collector: Collector | None = None,
+        procs: ProcessTable | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.sink = sink
+        self.metrics = metrics
+        self.refresher = refresher
+        self.collector = collector or Collector(cfg.collector, cfg.proc_root)
+        self.procs = procs or ProcessTable(cfg.proc_root)
+        self.namer = AppNamer(cfg.apps)
+        self.clock = clock
+        self.started = clock()
+        self.events = EventFactory(cfg.host, make_agent_id(cfg.host, self.started), clock)
+        self.tracker = Tracker()
+        self.last_summary: float | None = None
+        self.last_scan_s = 0.0
+        self.last_socket_count = 0
+        self.stop_event = threading.Event()
+        self._last_map = None
+
+    def _emit(self, fields: dict, at: float) -> None:
+        self.sink.send(self.events.make(fields, at))
+
+    def scan(self, force_summary: bool = False) -> int:
+        """One scan; returns the number of events emitted."""
+        t0 = time.perf_counter()
+        now = self.clock()
+        em = self.refresher.current()
+        records = self.collector.scan(em.ports() or None)
+        tracked = self.tracker.sockets
+        same_map = em is self._last_map
+        self._last_map = em
+        observations: list = []
+        unchanged: list = []
+        fresh: list = []
+        counts: Counter = Counter()
+        for rec in records:
+            t = tracked.get((rec.src, rec.sport, rec.dst, rec.dport))
+            # Fast path: a known, attributed socket whose inode and state did not change keeps
+            # its meaning; only its tcp_info numbers are new.
+            if (
+                same_map
+                and t is not None
+                and t.rec.inode == rec.inode
+                and t.rec.state == rec.state
+                and (t.meta.pid is not None or not rec.inode)
+            ):
+                unchanged.append((t, rec))
+                counts[(TCP_STATES.get(rec.state, "CLOSE"), t.meta.side)] += 1
+                continue
+            c = classify(rec, em)
+            if c is not None:
+                fresh.append((rec, c))
+        owners = self.procs.lookup({rec.inode for rec, _ in fresh}) if fresh else {}
+        for rec, c in fresh:
+            info = owners.get(rec.inode)
+            app = "kafka-broker" if c.side == "broker" else self.namer.name(info)
+            meta = Meta(
+                cluster=c.cluster,
+                side=c.side,
+                app=app,
+                broker_id=c.broker_id,
+                broker_endpoint=c.broker_endpoint,
+                peer_host=c.peer_host,
+                bootstrap=c.bootstrap,
+                pid=info.pid if info else None,
+                comm=info.comm if info else None,
+                container=info.container if info else None,
+            )
+            observations.append((rec, meta))
+            counts[(TCP_STATES.get(rec.state, "CLOSE"), c.side)] += 1
+        emitted = 0
+        for fields in self.tracker.update(now, observations, unchanged):
+            self._emit(fields, now)
+            emitted += 1
+        self.last_scan_s = time.perf_counter() - t0
+        self.last_socket_count = len(observations) + len(unchanged)
+        due = self.last_summary is None or now - self.last_summary >= self.cfg.summary_interval_s
+        if force_summary or due:
+            emitted += self.summarize(now)
+        self.metrics.scan_duration.observe(time.perf_counter() - t0)
+        self.metrics.set_sockets(counts)
+        self.metrics.set_collector(self.collector.name)
+        self.metrics.last_scan.set(now)
+        self.sink.pump()
+        return emitted
+
+    def summarize(self, now: float) -> int:
+        """Summaries for every group plus the heartbeat."""
+        n = 0
+        for fields in self.tracker.summaries(now, self.cfg.summary_interval_s):
+            self._emit(fields, now)
+            n += 1
+        opens, fails = procnet.read_tcp_counters(self.cfg.proc_root)
+        self._emit(
+            {
+                "kind": "heartbeat",
+                "interval_s": self.cfg.summary_interval_s,
+                "collector": self.collector.name,
+                "sockets": self.last_socket_count,
+                "scan_duration_s": round(self.last_scan_s, 6),
+                "events_dropped": self.metrics.dropped_since_start,
+                "tcp_active_opens": opens,
+                "tcp_attempt_fails": fails,
+                "version": __version__,
+            },
+            now,
+        )
+        self.last_summary = now
+        return n + 1
+
+    def run(self, max_scans: int | None = None) -> None:
+        """Scan every ``scan_interval_s`` until ``stop_event`` is set (or ``max_scans``)."""
+        self.metrics.up.set(1)
+        scans = 0
+        next_at = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    self.scan()
+                except Exception:  # one bad scan must not stop the agent
+                    log.exception("scan failed")
+                scans += 1
+                if max_scans is not None and scans >= max_scans:
+                    break
+                next_at += self.cfg.scan_interval_s
+                # Serve delivery reports while waiting for the next scan.
+                while not self.stop_event.is_set():
+                    left = next_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.sink.pump()
+                    self.stop_event.wait(min(left, 0.2))
+                if time.monotonic() - next_at > self.cfg.scan_interval_s:
+                    next_at = time.monotonic()  # fell behind: do not burst
+        finally:
+            self.metrics.up.set(0)

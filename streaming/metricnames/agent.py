@@ -1,0 +1,72 @@
+"""The agent's self-metrics (served on its own /metrics). Labels are bounded: states, sides,
+event kinds, drop reasons, collector names and configured cluster names."""
+
+from __future__ import annotations
+
+from streaming.metricnames.base import Metric
+
+SCAN_DURATION = Metric(
+    "connmon_agent_scan_duration_seconds",
+    "histogram",
+    "Time of one scan: socket dump, attribution, lifecycle tracking and event construction.",
+)
+SOCKETS = Metric(
+    "connmon_agent_sockets",
+    "gauge",
+    "Kafka sockets seen in the last scan by TCP state and side.",
+    ("state", "side"),
+)
+EVENTS_PRODUCED = Metric(
+    "connmon_agent_events_produced_total",
+    "counter",
+    "Events delivered to Kafka (or written to the output) by kind.",
+    ("kind",),
+)
+EVENTS_DROPPED = Metric(
+    "connmon_agent_events_dropped_total",
+    "counter",
+    "Events lost by reason: queue_full (local queue overflow), delivery_timeout, "
+    "delivery_error, encode_error, producer_fatal, shutdown (undelivered at exit).",
+    ("reason",),
+)
+DELIVERY_ERRORS = Metric(
+    "connmon_agent_delivery_errors_total",
+    "counter",
+    "Delivery reports with an error from the Kafka producer.",
+)
+COLLECTOR_INFO = Metric(
+    "connmon_agent_collector_info",
+    "gauge",
+    "1 for the socket collector in use (netlink or proc).",
+    ("collector",),
+)
+LAST_SCAN = Metric(
+    "connmon_agent_last_scan_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful scan.",
+)
+LAST_METADATA_REFRESH = Metric(
+    "connmon_agent_last_metadata_refresh_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful broker metadata refresh per configured cluster.",
+    ("cluster",),
+)
+QUEUE_LENGTH = Metric(
+    "connmon_agent_queue_events",
+    "gauge",
+    "Events waiting in the agent's local queue and the producer's buffer.",
+)
+UP = Metric("connmon_agent_up", "gauge", "1 while the agent's scan loop runs.")
+
+AGENT_METRICS: tuple[Metric, ...] = (
+    SCAN_DURATION,
+    SOCKETS,
+    EVENTS_PRODUCED,
+    EVENTS_DROPPED,
+    DELIVERY_ERRORS,
+    COLLECTOR_INFO,
+    LAST_SCAN,
+    LAST_METADATA_REFRESH,
+    QUEUE_LENGTH,
+    UP,
+)

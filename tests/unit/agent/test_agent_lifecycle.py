@@ -1,0 +1,176 @@
+"""Lifecycle tracker fed scan sequences: open -> CLOSE_WAIT -> gone, open -> TIME_WAIT, first
+scan, short-lived sockets, 4-tuple reuse, and summaries."""
+
+from __future__ import annotations
+
+from streaming.agent.lifecycle import Meta, Tracker
+from streaming.agent.records import (
+    CLOSE_WAIT,
+    ESTABLISHED,
+    FIN_WAIT1,
+    LAST_ACK,
+    SYN_SENT,
+    TIME_WAIT,
+    SocketRecord,
+)
+from streaming.schema.events import validate
+
+META = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=100, comm="java")
+
+
+def rec(state: int, sport: int = 40000, inode: int = 500, idle_ms: int | None = 1000):
+    return SocketRecord(2, state, "10.0.0.1", sport, "10.0.0.2", 9092, inode, 0, idle_ms, idle_ms)
+
+
+def kinds(events: list[dict]) -> list[tuple]:
+    return [(e["kind"], e["state"]) for e in events]
+
+
+def _valid(events: list[dict]) -> None:
+    for e in events:
+        full = {"schema": 1, "event_time": "x", "host": "h", "agent_id": "a", "seq": 0, **e}
+        assert validate(full) == [], e
+
+
+def test_time_wait_at_agent_start_is_not_a_short_lived_close() -> None:
+    t = Tracker()
+    ev = t.update(0.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), META)])
+    assert [(e["kind"], e["open_reason"]) for e in ev] == [("opened", "initial")]
+    (s,) = t.summaries(0.0, 15.0)
+    assert (s["state"], s["count"]) == ("TIME_WAIT", 1)  # counted while it is there
+    assert t.update(60.0, []) == []  # and its end is no close event
+
+
+def test_first_scan_reports_initial_then_nothing_while_unchanged() -> None:
+    t = Tracker()
+    ev = t.update(0.0, [(rec(ESTABLISHED), META)])
+    assert kinds(ev) == [("opened", "ESTABLISHED")]
+    assert ev[0]["open_reason"] == "initial"
+    _valid(ev)
+    assert t.update(5.0, [(rec(ESTABLISHED), META)]) == []
+    ev = t.update(10.0, [(rec(ESTABLISHED), META), (rec(ESTABLISHED, sport=40001), META)])
+    assert kinds(ev) == [("opened", "ESTABLISHED")] and ev[0]["open_reason"] == "new"
+
+
+def test_open_close_wait_gone_is_closed_by_peer_with_ages() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(ESTABLISHED, idle_ms=500), META)])
+    ev = t.update(5.0, [(rec(CLOSE_WAIT, idle_ms=5500), META)])
+    assert kinds(ev) == [("transition", "CLOSE_WAIT")]
+    assert ev[0]["prev_state"] == "ESTABLISHED" and ev[0]["closed_by"] == "peer"
+    assert ev[0]["state_age_s"] == 0.0
+    t.update(65.0, [(rec(CLOSE_WAIT), META)])
+    summary = [s for s in t.summaries(65.0, 15.0) if s["state"] == "CLOSE_WAIT"][0]
+    assert summary["count"] == 1 and summary["oldest_state_age_s"] == 60.0
+    ev = t.update(70.0, [(rec(LAST_ACK), META)])
+    assert kinds(ev) == [("transition", "LAST_ACK")]
+    ev = t.update(75.0, [])
+    assert kinds(ev) == [("closed", "LAST_ACK")]
+    closed = ev[0]
+    assert closed["closed_by"] == "peer"
+    assert closed["lifetime_s"] == 5.0  # first seen at 0, close began (CLOSE_WAIT) at 5
+    # idle at close: 0.5 s sampled at t=0 while ESTABLISHED, plus 5 s elapsed
+    assert closed["idle_at_close_s"] == 5.5
+    assert closed["app"] == "orders" and closed["broker_id"] == 2
+    _valid(ev)
+
+
+def test_open_time_wait_keeps_tuple_and_is_closed_by_local() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(ESTABLISHED), META)])
+    tw_meta = Meta("prod", "client", "unknown", 2, "kafka-2:9092")  # no pid in TIME_WAIT
+    ev = t.update(540.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), tw_meta)])
+    assert kinds(ev) == [("transition", "TIME_WAIT"), ("closed", "TIME_WAIT")]
+    closed = ev[1]
+    assert closed["closed_by"] == "local" and closed["lifetime_s"] == 540.0
+    assert closed["app"] == "orders" and closed["pid"] == 100  # attribution kept from before
+    assert closed["idle_at_close_s"] == 541.0
+    # The TIME_WAIT remnant stays in summaries, and its disappearance emits nothing more.
+    assert t.update(545.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), tw_meta)]) == []
+    assert t.update(600.0, []) == []
+    _valid(ev)
+
+
+def test_fin_wait_path_is_local() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(ESTABLISHED), META)])
+    ev = t.update(5.0, [(rec(FIN_WAIT1), META)])
+    assert ev[0]["closed_by"] == "local"
+    ev = t.update(10.0, [])
+    assert ev[0]["kind"] == "closed" and ev[0]["closed_by"] == "local"
+
+
+def test_vanished_from_established_is_unknown() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(ESTABLISHED), META)])
+    (closed,) = t.update(5.0, [])
+    assert closed["kind"] == "closed" and closed["closed_by"] == "unknown"
+    assert closed["lifetime_s"] == 5.0
+
+
+def test_short_lived_sockets_after_start_are_opened_new_and_closed() -> None:
+    t = Tracker()
+    t.update(0.0, [])
+    ev = t.update(
+        5.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), META), (rec(SYN_SENT, 40001), META)]
+    )
+    assert kinds(ev) == [("opened", "TIME_WAIT"), ("closed", "TIME_WAIT"), ("opened", "SYN_SENT")]
+    assert ev[0]["open_reason"] == "new"
+    assert ev[1]["lifetime_s"] == 0.0 and ev[1]["closed_by"] == "local"
+    ev = t.update(6.0, [])
+    assert kinds(ev) == [("closed", "SYN_SENT")] and ev[0]["lifetime_s"] == 1.0
+    _valid(ev)
+
+
+def test_four_tuple_reuse_is_a_new_socket() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(ESTABLISHED, inode=1), META)])
+    ev = t.update(5.0, [(rec(ESTABLISHED, inode=2), META)])
+    assert [(e["kind"], e["inode"]) for e in ev] == [("closed", 1), ("opened", 2)]
+
+
+def test_summaries_count_duplicates_and_report_drops() -> None:
+    t = Tracker()
+    other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
+    t.update(
+        0.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=100), META),
+            (rec(ESTABLISHED, 40001, 2, idle_ms=300000), META),
+            (rec(ESTABLISHED, 40002, 3, idle_ms=50), other),
+        ],
+    )
+    (s,) = t.summaries(0.0, 15.0)
+    assert (s["count"], s["processes"], s["max_per_process"], s["dup_processes"]) == (3, 2, 2, 1)
+    assert s["dup_max_idle_s"] == 300.0 and s["dup_conn"] == "10.0.0.1:40001->10.0.0.2:9092"
+    assert s["max_idle_s"] == 300.0 and s["broker_id"] == 2
+    t.update(5.0, [])
+    (gone,) = t.summaries(5.0, 15.0)
+    assert gone["count"] == 0 and gone["state"] == "ESTABLISHED" and gone["broker_id"] == 2
+    assert t.summaries(10.0, 15.0) == []  # reported once, then forgotten
+
+
+def test_close_wait_is_dated_by_the_peers_fin() -> None:
+    t = Tracker()
+    first = rec(CLOSE_WAIT, idle_ms=900_000)
+    first.last_ack_recv_ms = 300_000  # FIN arrived 5 minutes before the agent started
+    (ev,) = t.update(1000.0, [(first, META)])
+    assert ev["open_reason"] == "initial" and ev["state_age_s"] == 300.0
+    (s,) = t.summaries(1010.0, 15.0)
+    assert s["oldest_state_age_s"] == 310.0
+    # Between scans: the FIN time counts, but never before the previous scan.
+    t2 = Tracker()
+    t2.update(0.0, [(rec(ESTABLISHED, idle_ms=100), META)])
+    cw = rec(CLOSE_WAIT, idle_ms=4100)
+    cw.last_ack_recv_ms = 3000
+    (tr,) = t2.update(5.0, [(cw, META)])
+    assert tr["state_age_s"] == 3.0
+    cw2 = rec(CLOSE_WAIT, idle_ms=99_000)
+    cw2.last_ack_recv_ms = 99_000
+    t3 = Tracker()
+    t3.update(0.0, [(rec(ESTABLISHED, idle_ms=100), META)])
+    (tr,) = t3.update(5.0, [(cw2, META)])
+    assert tr["state_age_s"] == 5.0
+    (closed,) = t2.update(10.0, [])
+    assert closed["lifetime_s"] == 2.0  # close began at t=2 (the FIN)
+    assert closed["idle_at_close_s"] == 2.1

@@ -1,0 +1,110 @@
+"""inode -> process map over a fixture /proc tree, cgroup parsing, and app naming."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from streaming.agent.apps import AppNamer, AppRule, default_name, sanitize
+from streaming.agent.procs import ProcessTable, ProcInfo, parse_cgroup
+
+
+def make_proc(
+    root: Path, pid: int, cmdline: list[str], inodes: list[int], cgroup: str = ""
+) -> None:
+    d = root / str(pid)
+    (d / "fd").mkdir(parents=True, exist_ok=True)
+    (d / "comm").write_text(os.path.basename(cmdline[0])[:15] + "\n")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in cmdline) + b"\0")
+    (d / "cgroup").write_text(cgroup or "0::/user.slice\n")
+    for i, inode in enumerate(inodes, 3):
+        link = d / "fd" / str(i)
+        if link.is_symlink():
+            link.unlink()
+        os.symlink(f"socket:[{inode}]", link)
+    os.symlink("/dev/null", d / "fd" / "0") if not (d / "fd" / "0").is_symlink() else None
+
+
+def test_lookup_is_incremental(tmp_path: Path) -> None:
+    make_proc(tmp_path, 10, ["java", "-cp", "x.jar", "com.acme.Orders"], [1001, 1002])
+    make_proc(tmp_path, 20, ["/usr/bin/python3", "/opt/app/billing.py"], [2001])
+    table = ProcessTable(tmp_path)
+    got = table.lookup({1001, 2001, 0})
+    assert {i: p.pid for i, p in got.items()} == {1001: 10, 2001: 20}
+    assert table.pid_scans == 2
+    # Nothing new: no fd directory is read again.
+    table.lookup({1001, 2001})
+    assert table.pid_scans == 2
+    # A new socket in a known process: known pids are reread (the owner of wanted sockets first).
+    make_proc(tmp_path, 10, ["java", "-cp", "x.jar", "com.acme.Orders"], [1001, 1002, 1003])
+    got = table.lookup({1001, 1003})
+    assert got[1003].pid == 10
+    assert table.pid_scans == 3
+    # A new process: only it is read.
+    make_proc(tmp_path, 30, ["kafka-console"], [3001])
+    assert table.lookup({3001})[3001].pid == 30
+    assert table.pid_scans == 4
+    # An inode nobody owns (another namespace): one full reread, then not again.
+    table.lookup({9999})
+    n = table.pid_scans
+    table.lookup({9999})
+    assert table.pid_scans == n
+
+
+def test_gone_process_is_forgotten(tmp_path: Path) -> None:
+    make_proc(tmp_path, 10, ["java", "kafka.Kafka"], [1001])
+    table = ProcessTable(tmp_path)
+    assert table.lookup({1001})[1001].pid == 10
+    for f in (tmp_path / "10" / "fd").iterdir():
+        f.unlink()
+    (tmp_path / "10" / "fd").rmdir()
+    for f in (tmp_path / "10").iterdir():
+        f.unlink()
+    (tmp_path / "10").rmdir()
+    assert table.lookup({1001}) == {}
+
+
+def test_cgroup_container_and_pod_ids() -> None:
+    cid = "3f" * 32
+    assert parse_cgroup(f"0::/system.slice/docker-{cid}.scope\n") == cid[:12]
+    k8s = (
+        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+        f"1a2b3c4d_0000_1111_2222_333344445555.slice/cri-containerd-{cid}.scope\n"
+    )
+    assert parse_cgroup(k8s) == f"1a2b3c4d-0000-1111-2222-333344445555/{cid[:12]}"
+    assert parse_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") is None
+
+
+def info(*cmdline: str, comm: str | None = None, exe: str | None = None) -> ProcInfo:
+    return ProcInfo(1, comm or os.path.basename(cmdline[0])[:15], tuple(cmdline), exe, None)
+
+
+def test_default_names() -> None:
+    java = "/usr/lib/jvm/bin/java"
+    assert default_name(info(java, "-Xmx1g", "-cp", "/opt/k/*", "kafka.Kafka", "s.prop")) == (
+        "kafka-broker"
+    )
+    assert default_name(info(java, "-Dx=y", "-jar", "/srv/orders-svc-1.4.2.jar")) == "orders-svc"
+    assert default_name(info(java, "--add-opens", "a/b=c", "com.acme.BillingMain")) == (
+        "BillingMain"
+    )
+    assert default_name(info("/usr/bin/python3.11", "-u", "/opt/feeder.py", "--x")) == "feeder"
+    assert default_name(info("python3", "-m", "myapp.worker")) == "myapp"
+    assert default_name(info("/usr/local/bin/kcat", comm="kcat")) == "kcat"
+
+
+def test_rules_first_match_wins_and_names_are_bounded() -> None:
+    namer = AppNamer(
+        [
+            AppRule(re.compile(r"--group[= ](\S+)"), r"consumer-\1"),
+            AppRule(re.compile(r"/opt/legacy/"), "legacy", "exe"),
+            AppRule(re.compile(r".*"), "catch-all"),
+        ]
+    )
+    assert namer.name(info("java", "Main", "--group=orders")) == "consumer-orders"
+    assert namer.name(info("x", exe="/opt/legacy/bin/x")) == "legacy"
+    assert namer.name(info("other")) == "catch-all"
+    assert namer.name(None) == "unknown"
+    assert sanitize("a b/c:d" + "x" * 100) == ("a-b-c-d" + "x" * 100)[:64]
+    assert sanitize("///") == "unknown"
