@@ -9,8 +9,10 @@ the inode) and orphaned FIN_WAIT. The tracker emits:
   entered TIME_WAIT / CLOSE (the rest of TIME_WAIT is kernel bookkeeping, seen in summaries).
 
 ``closed_by``: a path through CLOSE_WAIT/LAST_ACK means the peer closed first; through
-FIN_WAIT1/FIN_WAIT2/CLOSING/TIME_WAIT means this side did; otherwise unknown (e.g. the socket
-vanished between two scans, or was reset).
+FIN_WAIT1/FIN_WAIT2/CLOSING/TIME_WAIT means this side did. A socket that vanishes straight
+from ESTABLISHED is counted as closed by the peer: had this side closed first, its 4-tuple would
+still be in the table as TIME_WAIT (60 s on Linux), so what is left is a peer FIN that the
+application answered within one scan interval (a healthy client) or a reset. Otherwise unknown.
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ class Tracker:
         for key in [k for k, t in sockets.items() if t.gen != gen]:
             t = sockets.pop(key)
             if not t.closed_emitted:
+                if t.closed_by is None and t.rec.state == ESTABLISHED:
+                    t.closed_by = "peer"  # no TIME_WAIT left behind: see the module docstring
                 self._close(t, now, events)
         return events
 

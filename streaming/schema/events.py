@@ -162,7 +162,8 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "closed_by",
         "string",
-        "Who closed first: local (FIN_WAIT*/TIME_WAIT path), peer (CLOSE_WAIT/LAST_ACK path).",
+        "Who closed first: local (FIN_WAIT*/TIME_WAIT path), peer (CLOSE_WAIT/LAST_ACK path, "
+        "or gone from ESTABLISHED with no TIME_WAIT left).",
         kinds=("transition", "closed"),
         enum=CLOSED_BY,
     ),

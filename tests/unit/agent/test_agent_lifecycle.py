@@ -100,12 +100,19 @@ def test_fin_wait_path_is_local() -> None:
     assert ev[0]["kind"] == "closed" and ev[0]["closed_by"] == "local"
 
 
-def test_vanished_from_established_is_unknown() -> None:
+def test_vanished_from_established_without_time_wait_is_closed_by_peer() -> None:
     t = Tracker()
     t.update(0.0, [(rec(ESTABLISHED), META)])
     (closed,) = t.update(5.0, [])
-    assert closed["kind"] == "closed" and closed["closed_by"] == "unknown"
+    assert closed["kind"] == "closed" and closed["closed_by"] == "peer"
     assert closed["lifetime_s"] == 5.0
+
+
+def test_vanished_from_syn_sent_is_unknown() -> None:
+    t = Tracker()
+    t.update(0.0, [(rec(SYN_SENT), META)])
+    (closed,) = t.update(5.0, [])
+    assert closed["kind"] == "closed" and closed["closed_by"] == "unknown"
 
 
 def test_short_lived_sockets_after_start_are_opened_new_and_closed() -> None:
