@@ -99,7 +99,12 @@ def validate_overrides(overrides: Mapping[str, str]) -> None:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id (base64url of 16 random bytes). Like Kafka's own ``random-uuid`` it
+    never starts with '-', which the storage tool's argument parser would take for an option."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass
@@ -209,8 +214,7 @@ class KafkaCluster:
             n,
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            self.cluster_id,
+            f"--cluster-id={self.cluster_id}",
             "-c",
             str(Path(n.dir) / "server.properties"),
             "--ignore-formatted",

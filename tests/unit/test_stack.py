@@ -83,3 +83,12 @@ def test_port_helpers():
 def test_cli_help_lists_stack():
     text = build_parser().format_help()
     assert "stack" in text
+
+
+def test_cluster_ids_never_look_like_options():
+    from streaming.stack.kafka import _cluster_id
+
+    ids = {_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids)
