@@ -61,6 +61,9 @@ class KafkaSink:
         except KafkaException as exc:  # a bad librdkafka setting
             raise ConfigError(f"kafka: {exc.args[0].str()}") from None
         self.fatal: str | None = None
+        # Events handed to librdkafka and not yet reported. len(producer) would also count
+        # librdkafka's own requests (InitProducerId with idempotence), so it is not used.
+        self.inflight = 0
 
     def send(self, event: dict[str, Any]) -> None:
         try:
@@ -79,12 +82,12 @@ class KafkaSink:
         if self.fatal is not None:
             # An idempotent producer's fatal error (e.g. fenced epoch) ends that instance; a new
             # one carries on. What the old one still held is lost and counted.
-            lost = len(self.producer)
-            if lost:
-                self.metrics.drop("producer_fatal", lost)
+            if self.inflight:
+                self.metrics.drop("producer_fatal", self.inflight)
             log.error("replacing the producer after a fatal error: %s", self.fatal)
             self.producer = self._factory(self._conf)
             self.fatal = None
+            self.inflight = 0
         produce = self.producer.produce
         while self.queue:
             kind, value = self.queue[0]
@@ -97,13 +100,15 @@ class KafkaSink:
                 )
             except BufferError:
                 break
+            self.inflight += 1
             self.queue.popleft()
             self.producer.poll(0)
         self.producer.poll(0)
-        self.metrics.queue.set(len(self.queue) + len(self.producer))
+        self.metrics.queue.set(len(self.queue) + self.inflight)
 
     def on_delivery(self, kind: str, err: Any, msg: Any) -> None:
         """Delivery report: count the event as produced, or as dropped with the reason."""
+        self.inflight -= 1
         if err is None:
             self.metrics.produced.labels(kind).inc()
             return
@@ -133,7 +138,7 @@ class KafkaSink:
             pending = self.producer.flush(min(left, 0.5))
             if not self.queue and pending == 0:
                 break
-        remaining = len(self.producer) + len(self.queue)
+        remaining = self.inflight + len(self.queue)
         if remaining:
             self.metrics.drop("shutdown", remaining)
         self.queue.clear()
