@@ -48,6 +48,20 @@ class DetectorConfig:
     window_s: float = 60.0
     watermark_s: float = 120.0
 
+    # Additions (issue 4). Idle expiry defaults from DOMAIN.md, used to tell which side's timer
+    # fired and to word recommendations: Java clients 540 s, brokers 600 s.
+    client_idle_expiry_s: float = 540.0
+    broker_idle_expiry_s: float = 600.0
+    # connection_storm is critical at this multiple of any of its thresholds.
+    storm_critical_factor: float = 5.0
+    # Short-lived connections (closed within storm_short_lived_s) per minute that make a storm.
+    storm_short_lived_per_min: float = 30.0
+    # SYN_SENT sockets toward one broker at one time that make a storm.
+    storm_syn_sent_count: int = 10
+    # A firing finding whose series produces no newer window for this long is resolved
+    # (the sockets are gone: the application stopped or the agent lost sight of them).
+    finding_stale_s: float = 300.0
+
     def replace(self, **changes: Any) -> DetectorConfig:
         """A copy with some thresholds changed; unknown names fail with the name."""
         names = {f.name for f in dataclasses.fields(self)}

@@ -1,0 +1,271 @@
+"""Benchmark: the job's sustained events/s on local[2] against a baseline query (read +
+from_json + count) over the same topic in the same run, and detection latency under steady load.
+
+    .venv/bin/python benchmarks/job/bench_job.py --events 2000000
+
+Starts its own 1-broker KRaft cluster on 127.0.0.1 and stops it at the end. Prints a JSON
+summary; figures are written down in benchmarks/job/README.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from streaming.detectors.config import DetectorConfig  # noqa: E402
+from streaming.job.pipeline import kafka_source, start_job  # noqa: E402
+from streaming.job.settings import JobSettings  # noqa: E402
+from streaming.schema.events import spark_schema  # noqa: E402
+from streaming.stack.kafka import KafkaCluster, create_topics  # noqa: E402
+from streaming.stack.spark import local_session  # noqa: E402
+
+
+def _generator():
+    path = REPO / "tests" / "fixtures" / "events" / "generate.py"
+    spec = importlib.util.spec_from_file_location("events_generate", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["events_generate"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gen = _generator()
+
+
+def event_pool() -> list[dict[str, Any]]:
+    """One agent's worth of realistic events (healthy mostly, a few pathologies), t from 0."""
+    pool: list[dict[str, Any]] = []
+    for name, dur in (("healthy", 600), ("close_wait_leak", 600), ("duplicate_bootstrap", 400),
+                      ("idle_churn", 1200)):  # fmt: skip
+        pool += gen.SCENARIOS[name](0.0, duration_s=dur)
+    return pool
+
+
+def produce_load(bootstrap: str, topic: str, n: int, span_s: float) -> float:
+    """``n`` events from many hosts, event times spread over the last ``span_s`` seconds."""
+    from confluent_kafka import Producer
+
+    pool = event_pool()
+    t_end = time.time()
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    hosts = max(1, n // len(pool))
+    start = time.perf_counter()
+    sent = 0
+    for h in range(hosts + 1):
+        host = f"bench-{h:05d}"
+        for i, ev in enumerate(pool):
+            if sent >= n:
+                break
+            t = t_end - span_s + span_s * (sent / n)
+            value = json.dumps({**ev, "host": host, "event_time": gen.iso(t)})
+            while True:
+                try:
+                    p.produce(topic, key=host.encode(), value=value.encode())
+                    break
+                except BufferError:
+                    p.poll(0.1)
+            sent += 1
+            if i % 1000 == 0:
+                p.poll(0)
+    p.flush(120)
+    return sent / (time.perf_counter() - start)
+
+
+def baseline(spark, s: JobSettings, work: str) -> float:
+    """Read + from_json + count over the whole topic (available-now): events/s, wall time."""
+    from pyspark.sql import functions as F
+
+    df = kafka_source(spark, s).select(
+        F.from_json(F.col("value").cast("string"), spark_schema()).alias("e")
+    )
+    counted = df.groupBy().count()
+    t0 = time.perf_counter()
+    q = (
+        counted.writeStream.outputMode("complete").format("memory").queryName("bench_baseline")
+        .option("checkpointLocation", f"{work}/baseline").trigger(availableNow=True).start()
+    )  # fmt: skip
+    q.awaitTermination()
+    wall = time.perf_counter() - t0
+    n = spark.sql("SELECT * FROM bench_baseline").collect()[0][0]
+    return n / wall, n, wall
+
+
+def job_rate(spark, s: JobSettings) -> tuple[float, float]:
+    """The full job (aggregates + dead-letter queries, real sinks) available-now: events/s."""
+    t0 = time.perf_counter()
+    job = start_job(spark, s, available_now=True)
+    for q in job.queries:
+        q.awaitTermination()
+    wall = time.perf_counter() - t0
+    job.stop()
+    return wall
+
+
+def latency(spark, s: JobSettings, bootstrap: str, rate: int, probes: int) -> list[float]:
+    """Steady background load; probes are CLOSE_WAIT summaries of new series stamped now.
+    Latency = time the finding is consumed - the probe's event time."""
+    from confluent_kafka import Consumer, Producer
+
+    pool = [json.dumps(e) for e in event_pool()[:2000]]
+    stop = threading.Event()
+
+    def background() -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        i = 0
+        while not stop.is_set():
+            t0 = time.time()
+            for _ in range(rate // 10):
+                ev = json.loads(pool[i % len(pool)])
+                ev["event_time"] = gen.iso(time.time())
+                ev["host"] = f"steady-{i % 200}"
+                p.produce(s.events_topic, value=json.dumps(ev).encode())
+                i += 1
+            p.poll(0)
+            time.sleep(max(0.0, 0.1 - (time.time() - t0)))
+        p.flush(10)
+
+    job = start_job(spark, s)
+    bg = threading.Thread(target=background, daemon=True)
+    bg.start()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
+                  "auto.offset.reset": "latest"})  # fmt: skip
+    c.subscribe([s.findings_topic])
+    time.sleep(20)  # let the job warm up under load
+    p = Producer({"bootstrap.servers": bootstrap})
+    sent: dict[str, float] = {}
+    lat: list[float] = []
+    try:
+        for k in range(probes):
+            t = time.time()
+            host = f"probe-{k}"
+            ev = {"schema": 1, "kind": "summary", "event_time": gen.iso(t), "host": host,
+                  "agent_id": host, "seq": 1, "cluster": "bench", "side": "client",
+                  "app": "leaky", "broker_id": 1, "broker_endpoint": "10.0.0.11:9092",
+                  "state": "CLOSE_WAIT", "count": 3, "oldest_state_age_s": 300.0,
+                  "interval_s": 10.0}  # fmt: skip
+            p.produce(s.events_topic, value=json.dumps(ev).encode())
+            p.flush(5)
+            sent[f"close_wait_buildup|client:{host}:leaky|1"] = t
+            deadline = time.time() + 3
+            while time.time() < deadline:
+                msg = c.poll(0.2)
+                if msg is not None and not msg.error():
+                    key = msg.key().decode()
+                    if key in sent and sent[key] is not None:
+                        lat.append(time.time() - sent[key])
+                        sent[key] = None  # type: ignore[assignment]
+        deadline = time.time() + 60
+        while any(v is not None for v in sent.values()) and time.time() < deadline:
+            msg = c.poll(0.5)
+            if msg is not None and not msg.error():
+                key = msg.key().decode()
+                if key in sent and sent[key] is not None:
+                    lat.append(time.time() - sent[key])
+                    sent[key] = None  # type: ignore[assignment]
+    finally:
+        stop.set()
+        bg.join(10)
+        c.close()
+        job.stop()
+    return lat
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
+    ap.add_argument("--latency-rate", type=int, default=5000, help="background events/s")
+    ap.add_argument("--probes", type=int, default=20)
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("streaming.job.batch").setLevel(logging.INFO)
+
+    cluster = KafkaCluster(brokers=1, name="connmon-bench")
+    cluster.start()
+    work = tempfile.mkdtemp(prefix="connmon-bench-")
+    result: dict[str, Any] = {
+        "machine": f"{platform.system()} {platform.release()}, {os.cpu_count()} cores",
+        "events": args.events,
+    }
+    try:
+        b = cluster.bootstrap_servers
+        names = {k: f"bench.{k}" for k in ("events", "aggregates", "findings", "deadletter",
+                                             "status")}  # fmt: skip
+        create_topics(b, {names["events"]: args.partitions, names["deadletter"]: 1})
+        create_topics(b, {names[k]: 1 for k in ("aggregates", "findings", "status")},
+                      config={"cleanup.policy": "compact"})  # fmt: skip
+        result["produce_events_per_s"] = round(
+            produce_load(b, names["events"], args.events, span_s=1800)
+        )
+        spark = local_session(app_name="connmon-bench", master="local[2]")
+        s = JobSettings(
+            bootstrap_servers=b, events_topic=names["events"],
+            aggregates_topic=names["aggregates"], findings_topic=names["findings"],
+            deadletter_topic=names["deadletter"], status_topic=names["status"],
+            starting_offsets="earliest", max_offsets_per_trigger=args.max_offsets_per_trigger,
+            checkpoint=f"{work}/job", detectors=DetectorConfig(),
+        ).validate()  # fmt: skip
+        rate_b, n_b, wall_b = baseline(spark, s, work)
+        wall_j = job_rate(spark, s)
+        result.update(
+            baseline_events_per_s=round(rate_b),
+            baseline_rows=n_b,
+            baseline_wall_s=round(wall_b, 1),
+            job_events_per_s=round(n_b / wall_j),
+            job_wall_s=round(wall_j, 1),
+            ratio_job_to_baseline=round(wall_b / wall_j, 3),
+        )
+        print(json.dumps(result), flush=True)
+        if not args.skip_latency:
+            live = JobSettings(
+                **{
+                    **s.__dict__,
+                    "checkpoint": f"{work}/live",
+                    "starting_offsets": "latest",
+                    "max_offsets_per_trigger": None,
+                }
+            )
+            lat = sorted(latency(spark, live.validate(), b, args.latency_rate, args.probes))
+            if lat:
+                result.update(
+                    latency_probes=len(lat),
+                    latency_expected=args.probes,
+                    latency_p50_s=round(statistics.median(lat), 2),
+                    latency_p95_s=round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2),
+                    latency_max_s=round(lat[-1], 2),
+                    latency_background_events_per_s=args.latency_rate,
+                )
+        spark.stop()
+    finally:
+        cluster.stop()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

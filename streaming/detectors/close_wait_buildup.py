@@ -1,0 +1,93 @@
+"""close_wait_buildup: sockets stuck in CLOSE_WAIT beyond a grace period.
+
+A healthy client leaves CLOSE_WAIT within milliseconds of the broker's FIN; sockets that stay
+mean the application never calls close() (DOMAIN.md: a library leak or a stalled network thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streaming.detectors.config import DetectorConfig
+from streaming.detectors.idle_churn import _epoch
+from streaming.schema.aggregates import Aggregate
+from streaming.schema.findings import Finding
+
+KIND = "close_wait_buildup"
+
+_CLIENT_ADVICE = (
+    "The broker closed these connections and the client process never closed its end: "
+    "a known leak in Sarama and kafka-rust (upgrade the library), or a classic consumer that "
+    "stopped calling poll() so its network thread never runs (check max.poll.interval.ms and "
+    "stuck processing); restarting the process releases the sockets. If the broker closes "
+    "them for idleness, keep the client's connections.max.idle.ms below the broker's "
+    "connections.max.idle.ms ({broker_idle:.0f} ms) so the client closes first."
+)
+_BROKER_ADVICE = (
+    "Clients on {peer} hung up and the broker has not closed its end: check the broker's "
+    "network threads (num.network.threads, request queue) and clients that vanish during "
+    "group churn; a broker restart releases the sockets."
+)
+
+
+def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
+    """CLOSE_WAIT sockets per second over the series' windows of the last ``span_s`` (least
+    squares over window ends; the in-window slope cannot see a leak slower than one window).
+    Only windows with CLOSE_WAIT count: the job's history keeps just those, and the result must
+    not depend on how windows were split into micro-batches."""
+    end = _epoch(agg.window_end)
+    points = [
+        (_epoch(w.window_end), float(w.close_wait_count))
+        for w in history
+        if w.close_wait_count > 0 and end - _epoch(w.window_end) < span_s and w.same_series(agg)
+    ]
+    points.append((end, float(agg.close_wait_count)))
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mc = sum(c for _, c in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mt) * (c - mc) for t, c in points) / var
+
+
+def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
+    """A finding when at least ``close_wait_warning_count`` sockets are in CLOSE_WAIT and the
+    oldest has been there longer than ``close_wait_grace_s``."""
+    count = agg.close_wait_count
+    oldest = agg.close_wait_oldest_age_s or 0.0
+    if count < cfg.close_wait_warning_count or oldest < cfg.close_wait_grace_s:
+        return []
+    slope = max(
+        (v for v in (agg.close_wait_slope_per_s, trend(agg, history)) if v is not None),
+        default=None,
+    )
+    rising = slope is not None and slope >= cfg.close_wait_critical_slope_per_s
+    critical = count >= cfg.close_wait_critical_count or rising
+    if agg.side == "client":
+        who = f"{agg.app} on {agg.host}"
+    else:
+        who = f"broker {agg.broker} ({agg.host})"
+    toward = f"broker {agg.broker}" if agg.side == "client" else f"client {agg.peer_host}"
+    summary = (
+        f"{who} holds {count} socket(s) in CLOSE_WAIT toward {toward}, the oldest for "
+        f"{oldest:.0f} s" + (", and the count is rising." if rising else ".")
+    )
+    if agg.side == "client":
+        advice = _CLIENT_ADVICE.format(broker_idle=cfg.broker_idle_expiry_s * 1000)
+    else:
+        advice = _BROKER_ADVICE.format(peer=agg.peer_host)
+    evidence = {
+        "close_wait_count": count,
+        "close_wait_oldest_age_s": oldest,
+        "close_wait_slope_per_s": slope,
+        "grace_s": cfg.close_wait_grace_s,
+        "closes_peer": agg.closes_peer,
+    }
+    return [
+        Finding.for_series(
+            agg, KIND, "critical" if critical else "warning", summary, advice, evidence
+        )
+    ]

@@ -1,0 +1,1 @@
+"""The Spark Structured Streaming job: events -> windows per series -> detectors -> findings."""

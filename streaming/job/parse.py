@@ -1,0 +1,171 @@
+"""Decode and validate raw event records with built-in Spark functions only.
+
+Input frames have Kafka's source shape (``value`` binary or string, ``topic``, ``partition``,
+``offset``, ``timestamp``); the file source is brought to the same shape by ``pipeline``. The
+rules mirror ``streaming.schema.events.validate`` and are generated from the same field list.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from streaming.schema import events
+
+CORRUPT = "_corrupt"
+# Reason order: the first that applies is reported (docs/topics.md lists them).
+REASONS = (
+    "malformed_json",
+    "unsupported_schema",
+    "unknown_kind",
+    "missing_field",
+    "invalid_value",
+    "time_out_of_range",
+)
+
+
+def _schema() -> T.StructType:
+    return events.spark_schema().add(CORRUPT, T.StringType())
+
+
+def _first(pairs: list[tuple[Column, str]]) -> Column:
+    """The text of the first condition that holds, else null."""
+    expr = None
+    for cond, text in pairs:
+        expr = F.when(cond, F.lit(text)) if expr is None else expr.when(cond, F.lit(text))
+    return expr if expr is not None else F.lit(None).cast("string")
+
+
+def _missing(e: str) -> Column:
+    pairs: list[tuple[Column, str]] = []
+    for kind, names in events.REQUIRED_BY_KIND.items():
+        for name in names:
+            cond = (F.col(f"{e}.kind") == kind) & F.col(f"{e}.{name}").isNull()
+            pairs.append((cond, f"missing required field {name!r}"))
+    return _first(pairs)
+
+
+def _invalid(e: str) -> Column:
+    pairs: list[tuple[Column, str]] = [
+        (F.col(f"{e}.{CORRUPT}").isNotNull(), "a field has the wrong JSON type"),
+        (F.col("ts").isNull(), "event_time is not an ISO 8601 timestamp"),
+    ]
+    for f in events.FIELDS:
+        c = F.col(f"{e}.{f.name}")
+        if f.enum and f.name != "kind":
+            pairs.append((c.isNotNull() & ~c.isin(*f.enum), f"{f.name} not one of {list(f.enum)}"))
+        if f.minimum is not None and f.name != "schema":
+            pairs.append((c < F.lit(f.minimum), f"{f.name} below {f.minimum:g}"))
+    return _first(pairs)
+
+
+def decode(
+    raw: DataFrame, max_age_s: float | None = 86400.0, max_future_s: float | None = 300.0
+) -> DataFrame:
+    """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
+    ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
+    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound)."""
+    e = "e"
+    value = F.col("value").cast("string")
+    parsed = raw.select(
+        F.col("value").cast("binary").alias("raw"),
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.from_json(value, _schema(), {"columnNameOfCorruptRecord": CORRUPT}).alias(e),
+    ).withColumn("ts", F.expr(f"try_to_timestamp({e}.event_time)"))
+    # Only rejected rows pay for the second parse that tells bad JSON from bad types.
+    not_json = F.col(e).isNull() | (
+        F.col(f"{e}.{CORRUPT}").isNotNull()
+        & (
+            F.expr("try_parse_json(CAST(raw AS STRING))").isNull()
+            | ~F.ltrim(F.col("raw").cast("string")).startswith("{")
+        )
+    )
+    now = F.current_timestamp()
+    too_old = (
+        F.col("ts") < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
+        if max_age_s is not None
+        else F.lit(False)
+    )
+    too_new = (
+        F.col("ts") > now + F.expr(f"make_dt_interval(0, 0, 0, {float(max_future_s)})")
+        if max_future_s is not None
+        else F.lit(False)
+    )
+    kind = F.col(f"{e}.kind")
+    missing = _missing(e)
+    invalid = _invalid(e)
+    reason = (
+        F.when(not_json, "malformed_json")
+        .when(F.col(f"{e}.schema").isNull() | (F.col(f"{e}.schema") != 1), "unsupported_schema")
+        .when(kind.isNull() | ~kind.isin(*events.KINDS), "unknown_kind")
+        .when(missing.isNotNull(), "missing_field")
+        .when(invalid.isNotNull(), "invalid_value")
+        .when(too_old | too_new, "time_out_of_range")
+    )
+    detail = (
+        F.when(not_json, "not a JSON object")
+        .when(
+            F.col(f"{e}.schema").isNull() | (F.col(f"{e}.schema") != 1),
+            F.concat(
+                F.lit("schema "), F.coalesce(F.col(f"{e}.schema").cast("string"), F.lit("null"))
+            ),
+        )
+        .when(
+            kind.isNull() | ~kind.isin(*events.KINDS),
+            F.concat(F.lit("kind "), F.coalesce(kind, F.lit("null"))),
+        )
+        .when(missing.isNotNull(), missing)
+        .when(invalid.isNotNull(), invalid)
+        .when(too_old, "event_time older than the allowed age")
+        .when(too_new, "event_time in the future")
+    )
+    fields = [F.col(f"{e}.{f.name}").alias(f.name) for f in events.FIELDS]
+    return parsed.select(
+        *fields,
+        "ts",
+        reason.alias("reason"),
+        detail.alias("detail"),
+        "raw",
+        "topic",
+        "partition",
+        "offset",
+        "kafka_timestamp",
+    )
+
+
+def _rejected(decoded: DataFrame, rejected: bool) -> DataFrame:
+    return decoded.where(F.col("reason").isNotNull() if rejected else F.col("reason").isNull())
+
+
+def valid_events(decoded: DataFrame) -> DataFrame:
+    """The accepted events, without the source columns."""
+    keep = [f.name for f in events.FIELDS] + ["ts"]
+    return _rejected(decoded, False).select(*keep)
+
+
+def dead_letters(decoded: DataFrame) -> DataFrame:
+    """Rejected records as Kafka ``key``/``value`` (docs/topics.md, schema 1) plus ``reason``."""
+    value = F.to_json(
+        F.struct(
+            F.lit(1).alias("schema"),
+            F.col("reason"),
+            F.col("detail"),
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.date_format("kafka_timestamp", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias(
+                "kafka_timestamp"
+            ),
+            F.base64("raw").alias("raw"),
+            F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias(
+                "rejected_at"
+            ),
+        ),
+        {"ignoreNullFields": "false"},
+    )
+    key = F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"))
+    return _rejected(decoded, True).select(key.alias("key"), value.alias("value"), "reason")

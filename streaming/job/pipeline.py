@@ -1,0 +1,280 @@
+"""Where the stream is wired: sources (Kafka or JSON-lines files) -> the shared
+transformations -> sinks. Live job and replay differ only in source, trigger and sinks."""
+
+from __future__ import annotations
+
+import glob
+import logging
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from streaming.detectors.config import DetectorConfig
+from streaming.job import parse, windows
+from streaming.job.batch import BatchProcessor
+from streaming.job.settings import JobSettings
+from streaming.job.sinks import KafkaSink, MemorySink, Sink, dumps
+from streaming.job.state_files import StateFiles
+from streaming.job.status import DEADLETTER_METRIC, StatusListener
+from streaming.job.times import iso
+from streaming.schema.aggregates import Aggregate
+from streaming.schema.status import JobStatus
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+AGGREGATES_QUERY = "aggregates"
+DEADLETTER_QUERY = "deadletter"
+
+
+# ---- sources -------------------------------------------------------------------------------
+def kafka_options(s: JobSettings) -> dict[str, str]:
+    """Options of Spark's ``kafka`` source (security settings pass through as ``kafka.*``)."""
+    opts = {
+        "kafka.bootstrap.servers": s.bootstrap_servers,
+        "subscribe": s.events_topic,
+        "startingOffsets": s.starting_offsets,
+        "failOnDataLoss": str(s.fail_on_data_loss).lower(),
+    }
+    if s.max_offsets_per_trigger is not None:
+        opts["maxOffsetsPerTrigger"] = str(s.max_offsets_per_trigger)
+    opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
+    return opts
+
+
+def kafka_source(spark: SparkSession, s: JobSettings) -> DataFrame:
+    return spark.readStream.format("kafka").options(**kafka_options(s)).load()
+
+
+def file_source(spark: SparkSession, path: str) -> DataFrame:
+    """JSON-lines files (a file, a folder or a glob) in the Kafka source's shape."""
+    p = Path(path)
+    reader = spark.readStream.format("text")
+    if p.is_file():  # the file source wants a folder; select the one file by name
+        reader = reader.option("pathGlobFilter", glob.escape(p.name))
+        path = str(p.parent)
+    raw = reader.load(path)
+    return raw.select(
+        F.col("value").cast("binary").alias("value"),
+        F.col("_metadata.file_path").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.lit(None).cast("timestamp").alias("timestamp"),
+    )
+
+
+# ---- the shared transformations -----------------------------------------------------------
+@dataclass
+class Streams:
+    windows: DataFrame  # per (window, series) statistics, for foreachBatch in update mode
+    dead_letters: DataFrame  # key, value for the dead-letter topic
+
+
+def build(
+    raw: DataFrame,
+    cfg: DetectorConfig,
+    max_age_s: float | None,
+    max_future_s: float | None,
+) -> Streams:
+    """Raw records (Kafka shape) -> window statistics and dead letters."""
+    decoded = parse.decode(raw, max_age_s=max_age_s, max_future_s=max_future_s)
+    dead = parse.dead_letters(decoded).observe(DEADLETTER_METRIC, F.count(F.lit(1)).alias("rows"))
+    return Streams(
+        windows=windows.aggregate(parse.valid_events(decoded), cfg),
+        dead_letters=dead.select("key", "value"),
+    )
+
+
+# ---- the live job --------------------------------------------------------------------------
+@dataclass
+class RunningJob:
+    spark: SparkSession
+    queries: list[StreamingQuery]
+    listener: StatusListener
+    sinks: list[Sink]
+    temp_dirs: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for q in self.queries:
+            try:
+                q.stop()
+            except Exception:  # already failed: nothing to stop
+                log.debug("stopping %s", q.name, exc_info=True)
+        self.spark.streams.removeListener(self.listener)
+        for sink in self.sinks:
+            sink.close()
+        for d in self.temp_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def package_zip(dest_dir: str) -> str:
+    """The ``streaming`` package as a zip for executors (``addPyFile``)."""
+    import streaming
+
+    root = Path(streaming.__file__).parent
+    out = Path(dest_dir) / "connmon-streaming.zip"
+    with zipfile.ZipFile(out, "w") as z:
+        for f in root.rglob("*.py"):
+            z.write(f, f.relative_to(root.parent))
+    return str(out)
+
+
+def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) -> RunningJob:
+    """Start the aggregates and dead-letter queries and the status listener.
+    ``available_now``: process what the topic holds, then stop (benchmarks)."""
+    temp_dirs: list[str] = []
+    checkpoint = s.checkpoint
+    if checkpoint is None:  # local mode only (validated): state does not survive a restart
+        checkpoint = tempfile.mkdtemp(prefix="connmon-job-ckpt-")
+        temp_dirs.append(checkpoint)
+        log.warning("no --checkpoint: using %s, removed at exit", checkpoint)
+    Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    if not s.local:
+        d = tempfile.mkdtemp(prefix="connmon-pyfiles-")
+        temp_dirs.append(d)
+        spark.sparkContext.addPyFile(package_zip(d))
+
+    sink = KafkaSink(s.bootstrap_servers, s.producer)
+    status_sink = KafkaSink(s.bootstrap_servers, s.producer)
+
+    def publish_status(st: JobStatus) -> None:
+        status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
+
+    listener = StatusListener(s.job_id, publish_status, Path(checkpoint) / "status-totals.json")
+    spark.streams.addListener(listener)
+
+    streams = build(kafka_source(spark, s), s.detectors, s.max_event_age_s, s.max_event_future_s)
+    processor = BatchProcessor(
+        s.detectors,
+        sink,
+        s.aggregates_topic,
+        s.findings_topic,
+        StateFiles(checkpoint),
+        clock=lambda _agg: iso(_now()),  # type: ignore[arg-type,return-value]
+    )
+    trigger: dict[str, Any] = (
+        {"availableNow": True}
+        if available_now
+        else {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
+    )
+    dl_writer = (
+        streams.dead_letters.writeStream.format("kafka")
+        .queryName(DEADLETTER_QUERY)
+        .option("topic", s.deadletter_topic)
+        .option("kafka.bootstrap.servers", s.bootstrap_servers)
+        .options(**{f"kafka.{k}": v for k, v in s.kafka.items()})
+        .option("checkpointLocation", str(Path(checkpoint) / "deadletter"))
+        .trigger(**trigger)
+    )
+    agg_writer = (
+        streams.windows.writeStream.outputMode("update")
+        .queryName(AGGREGATES_QUERY)
+        .foreachBatch(processor)
+        .option("checkpointLocation", str(Path(checkpoint) / "aggregates"))
+        .trigger(**trigger)
+    )
+    queries: list[StreamingQuery] = []
+    job = RunningJob(spark, queries, listener, [sink, status_sink], temp_dirs)
+    try:
+        queries.append(agg_writer.start())
+        queries.append(dl_writer.start())
+    except BaseException:
+        job.stop()
+        raise
+    return job
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+# ---- replay --------------------------------------------------------------------------------
+@dataclass
+class ReplayResult:
+    findings: list[dict[str, Any]]
+    aggregates: list[dict[str, Any]]
+    dead_letters: list[dict[str, Any]]
+
+
+def replay(
+    spark: SparkSession,
+    events: str,
+    cfg: DetectorConfig,
+    max_age_s: float | None = None,
+    max_future_s: float | None = None,
+) -> ReplayResult:
+    """The live job's transformations over JSON-lines files, run to the end (available-now).
+    Deterministic: records about a window are stamped with its end, not the wall clock."""
+    import json
+
+    work = tempfile.mkdtemp(prefix="connmon-replay-")
+    try:
+        streams = build(file_source(spark, events), cfg, max_age_s, max_future_s)
+        sink = MemorySink()
+        processor = BatchProcessor(
+            cfg,
+            sink,
+            "aggregates",
+            "findings",
+            StateFiles(work),
+            clock=_window_end,
+            latest_only=False,
+        )
+        dead: list[dict[str, Any]] = []
+
+        def keep_dead(df: DataFrame, _batch_id: int) -> None:
+            dead.extend(json.loads(r.value) for r in df.select("value").collect())
+
+        q1 = (
+            streams.windows.writeStream.outputMode("update")
+            .foreachBatch(processor)
+            .option("checkpointLocation", f"{work}/aggregates")
+            .trigger(availableNow=True)
+            .start()
+        )
+        q1.awaitTermination()
+        q2 = (
+            streams.dead_letters.writeStream.foreachBatch(keep_dead)
+            .option("checkpointLocation", f"{work}/deadletter")
+            .trigger(availableNow=True)
+            .start()
+        )
+        q2.awaitTermination()
+        for q in (q1, q2):
+            if q.exception() is not None:
+                raise RuntimeError(f"replay query failed: {q.exception()}")
+        # A recording ends: nothing newer will come, so every series' windows are complete.
+        return ReplayResult(
+            findings=[v for _, v in sink.records.get("findings", [])],
+            aggregates=[v for _, v in sink.records.get("aggregates", [])],
+            dead_letters=sorted(dead, key=lambda d: (d["topic"] or "", dumps(d))),
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _window_end(agg: Aggregate) -> str:
+    return agg.window_end
+
+
+def write_jsonl(
+    path: str, records: list[dict[str, Any]], echo: Callable[[str], None] | None
+) -> None:
+    with open(path, "w") as f:
+        for r in records:
+            line = dumps(r)
+            f.write(line + "\n")
+            if echo is not None:
+                echo(line)

@@ -1,0 +1,219 @@
+"""Job settings: defaults, a config file (YAML or JSON) and command-line overrides, validated at
+start so a wrong setting fails with its name (``streaming.cli.ConfigError``).
+
+Config file shape::
+
+    job:        {bootstrap_servers: ..., trigger: 5s, max_offsets_per_trigger: 200000, ...}
+    detectors:  {close_wait_grace_s: 5, idle_churn_window_s: 120, ...}
+    kafka:      {security.protocol: SASL_SSL, ...}      # Spark source options, without "kafka."
+    producer:   {security.protocol: SASL_SSL, ...}      # the driver's librdkafka producer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streaming.cli import ConfigError
+from streaming.detectors.config import DetectorConfig
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+@dataclass
+class JobSettings:
+    """Everything ``connmon job`` needs besides the detector thresholds."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    events_topic: str = "connmon.events"
+    aggregates_topic: str = "connmon.aggregates"
+    findings_topic: str = "connmon.findings"
+    deadletter_topic: str = "connmon.deadletter"
+    status_topic: str = "connmon.job-status"
+    job_id: str = "connmon-job"
+    master: str = "local[*]"
+    checkpoint: str | None = None
+    trigger: str = "5s"
+    max_offsets_per_trigger: int | None = None
+    starting_offsets: str = "latest"
+    fail_on_data_loss: bool = True
+    max_event_age_s: float | None = 86400.0
+    max_event_future_s: float | None = 300.0
+    shuffle_partitions: int = 4
+    kafka: dict[str, str] = field(default_factory=dict)
+    producer: dict[str, str] = field(default_factory=dict)
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+
+    @property
+    def trigger_s(self) -> float:
+        return parse_duration("trigger", self.trigger)
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    def validate(self) -> JobSettings:
+        """Check every setting; raise ConfigError naming the first wrong one."""
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap-servers: empty")
+        for name in ("events_topic", "aggregates_topic", "findings_topic", "deadletter_topic"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name.replace('_', '-')}: empty topic name")
+        if self.trigger_s <= 0:
+            raise ConfigError("trigger: must be a positive duration such as 5s")
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise ConfigError("max-offsets-per-trigger: must be at least 1")
+        so = self.starting_offsets.strip()
+        if so not in ("earliest", "latest") and not so.startswith("{"):
+            raise ConfigError("starting-offsets: earliest, latest or a JSON object of offsets")
+        if so.startswith("{"):
+            try:
+                json.loads(so)
+            except ValueError as exc:
+                raise ConfigError(f"starting-offsets: not valid JSON ({exc})") from exc
+        if not self.local and not self.checkpoint:
+            raise ConfigError(
+                f"checkpoint: required when master is {self.master!r} (not local[...]); "
+                "pass --checkpoint DIR on storage every restart can reach"
+            )
+        if self.shuffle_partitions < 1:
+            raise ConfigError("shuffle-partitions: must be at least 1")
+        for name in ("max_event_age_s", "max_event_future_s"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ConfigError(f"{name.replace('_', '-')}: must be positive (or null)")
+        for key in self.kafka:
+            if key.startswith("kafka."):
+                raise ConfigError(f"kafka.{key}: give Kafka options without the 'kafka.' prefix")
+            if key in ("bootstrap.servers", "group.id", "key.deserializer", "value.deserializer"):
+                raise ConfigError(f"kafka.{key}: set by the job, not an option")
+        d = self.detectors
+        if d.window_s <= 0:
+            raise ConfigError("detectors.window_s: must be positive")
+        if d.watermark_s < 0:
+            raise ConfigError("detectors.watermark_s: must not be negative")
+        if d.idle_churn_window_s < d.window_s:
+            raise ConfigError("detectors.idle_churn_window_s: shorter than detectors.window_s")
+        return self
+
+
+def parse_duration(name: str, text: str | float) -> float:
+    """``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds -> seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ConfigError(f"{name}: {text!r} is not a duration like 5s, 500ms or 2m")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_pairs(name: str, items: list[str] | None) -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{name}: {item!r} is not NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def detector_config(base: DetectorConfig, changes: dict[str, Any], origin: str) -> DetectorConfig:
+    """``base`` with thresholds changed; values are converted to the field's type."""
+    types = {f.name: f.type for f in dataclasses.fields(DetectorConfig)}
+    typed: dict[str, Any] = {}
+    for key, value in changes.items():
+        if key not in types:
+            raise ConfigError(f"{origin}.{key}: unknown detector setting")
+        kind = int if types[key] in (int, "int") else float
+        try:
+            typed[key] = kind(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{origin}.{key}: {value!r} is not a number") from exc
+    return base.replace(**typed)
+
+
+def load_file(path: str) -> dict[str, Any]:
+    """A YAML or JSON config file as a dict with the sections ``job``, ``detectors``, ..."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config: no such file {path}")
+    text = p.read_text()
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # yaml.YAMLError or ValueError, both mean unreadable
+        raise ConfigError(f"config: cannot parse {path}: {exc}") from exc
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping")
+    unknown = sorted(set(data) - {"job", "detectors", "kafka", "producer", "spark"})
+    if unknown:
+        raise ConfigError(f"config: unknown section(s) {', '.join(unknown)} in {path}")
+    return data
+
+
+def from_sources(
+    file: dict[str, Any] | None = None,
+    cli: dict[str, Any] | None = None,
+    detector_overrides: dict[str, str] | None = None,
+) -> JobSettings:
+    """Defaults <- config file <- command line; validated."""
+    file = file or {}
+    s = JobSettings()
+    names = {f.name for f in dataclasses.fields(JobSettings)} - {
+        "kafka",
+        "producer",
+        "spark_conf",
+        "detectors",
+    }
+    for origin, values in (("job", file.get("job") or {}), ("cli", cli or {})):
+        for key, value in values.items():
+            attr = key.replace("-", "_")
+            if attr not in names:
+                raise ConfigError(f"{origin}.{key}: unknown job setting")
+            if value is not None:
+                setattr(s, attr, value)
+    s.kafka = {str(k): str(v) for k, v in (file.get("kafka") or {}).items()}
+    s.producer = {str(k): str(v) for k, v in (file.get("producer") or {}).items()}
+    s.spark_conf = {str(k): str(v) for k, v in (file.get("spark") or {}).items()}
+    s.detectors = detector_config(DetectorConfig(), file.get("detectors") or {}, "detectors")
+    s.detectors = detector_config(s.detectors, detector_overrides or {}, "set")
+    _coerce(s)
+    return s.validate()
+
+
+def _coerce(s: JobSettings) -> None:
+    """Types of values that came from a file or the command line as strings."""
+    try:
+        if s.max_offsets_per_trigger is not None:
+            s.max_offsets_per_trigger = int(s.max_offsets_per_trigger)
+    except ValueError as exc:
+        raise ConfigError("max-offsets-per-trigger: not an integer") from exc
+    if isinstance(s.fail_on_data_loss, str):
+        if s.fail_on_data_loss.lower() not in ("true", "false"):
+            raise ConfigError("fail-on-data-loss: true or false")
+        s.fail_on_data_loss = s.fail_on_data_loss.lower() == "true"
+    for name in ("max_event_age_s", "max_event_future_s"):
+        v = getattr(s, name)
+        if isinstance(v, str):
+            setattr(
+                s,
+                name,
+                None
+                if v.lower() in ("none", "null", "off")
+                else parse_duration(name.replace("_", "-"), v),
+            )
+    s.shuffle_partitions = int(s.shuffle_partitions)
+    s.trigger = str(s.trigger)
+    parse_duration("trigger", s.trigger)

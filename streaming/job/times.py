@@ -1,0 +1,24 @@
+"""ISO 8601 UTC times as the contracts write them (milliseconds, Z suffix)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import lru_cache
+
+
+def iso(value: datetime | float | None) -> str | None:
+    """ISO 8601 UTC with milliseconds and a Z suffix (naive datetimes are UTC)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        value = datetime.fromtimestamp(value, UTC)
+    elif value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+@lru_cache(maxsize=65536)
+def epoch(text: str) -> float:
+    """Seconds since the epoch of an ISO 8601 time (``Z`` or an offset)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,106 @@
+"""``connmon.aggregates`` value, schema 1 (docs/topics.md): one window of one series.
+
+The job builds these from Spark's windowed aggregates; the detectors read them; the exporter
+serves them. Fields beyond docs/topics.md are additions (never renames) and listed in docs/job.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+# app and broker of a host-level series: the host's TCP counters, which no socket explains.
+HOST_SERIES = "*"
+
+
+def series_key(side: str, host: str, app: str, broker: str, peer_host: str | None) -> str:
+    """``side|host|app|broker`` (client side) or ``...|peer_host`` (broker side)."""
+    parts = [side, host, app, broker]
+    if side == "broker":
+        parts.append(peer_host or "")
+    return "|".join(parts)
+
+
+def client_id(side: str, host: str, app: str, peer_host: str | None) -> str:
+    """The finding key's client part: ``side:host:app`` (plus ``:peer_host`` on the broker side)."""
+    parts = [side, host, app]
+    if side == "broker":
+        parts.append(peer_host or "")
+    return ":".join(parts)
+
+
+@dataclass
+class Aggregate:
+    """One series (client x broker seen from one side) in one event-time window."""
+
+    side: str
+    host: str
+    app: str
+    broker: str  # broker id as a string, or the endpoint when the id is unknown
+    window_start: str
+    window_end: str
+    broker_id: int | None = None
+    broker_endpoint: str | None = None
+    peer_host: str | None = None
+    cluster: str | None = None
+    updated_at: str | None = None
+    sockets: dict[str, int] = field(default_factory=dict)
+    close_wait_count: int = 0
+    close_wait_oldest_age_s: float | None = None
+    close_wait_slope_per_s: float | None = None
+    time_wait_count: int = 0
+    syn_sent_count: int = 0
+    max_idle_s: float | None = None
+    opens: int = 0
+    closes_local: int = 0
+    closes_peer: int = 0
+    closes_unknown: int = 0
+    closes_after_idle: int = 0
+    short_lived: int = 0
+    lifetime_avg_s: float | None = None
+    lifetime_max_s: float | None = None
+    dup_processes: int = 0
+    dup_max_idle_s: float | None = None
+    # Additions to docs/topics.md (schema 1 stays compatible: new optional fields only).
+    window_s: float = 60.0
+    dup_conn: str | None = None
+    established_processes: int | None = None
+    closes_after_idle_local: int = 0
+    closes_after_idle_peer: int = 0
+    idle_at_close_max_s: float | None = None
+    host_attempt_fails_per_min: float | None = None
+    last_event_time: str | None = None
+
+    @property
+    def series(self) -> str:
+        return series_key(self.side, self.host, self.app, self.broker, self.peer_host)
+
+    @property
+    def client(self) -> str:
+        return client_id(self.side, self.host, self.app, self.peer_host)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON value for ``connmon.aggregates``."""
+        body = {name: getattr(self, name) for name in _FIELDS}
+        body["sockets"] = dict(self.sockets)
+        return {"schema": SCHEMA_VERSION, "series": self.series, **body}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Aggregate:
+        """Inverse of ``to_dict``; unknown keys (newer producers) are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
+
+    def same_series(self, other: Aggregate) -> bool:
+        return (self.side, self.host, self.app, self.broker, self.peer_host) == (
+            other.side,
+            other.host,
+            other.app,
+            other.broker,
+            other.peer_host,
+        )
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Aggregate))
+_FIELD_SET = frozenset(_FIELDS)

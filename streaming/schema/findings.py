@@ -1,0 +1,104 @@
+"""``connmon.findings`` value, schema 1 (docs/topics.md, examples in docs/findings.md).
+
+Keyed ``kind|client|broker`` so a retry after a restart overwrites instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from streaming.schema.aggregates import Aggregate, client_id
+
+SCHEMA_VERSION = 1
+KINDS = (
+    "close_wait_buildup",
+    "idle_churn",
+    "duplicate_connections",
+    "idle_zombie",
+    "connection_storm",
+    "time_wait_pileup",
+)
+SEVERITIES = ("info", "warning", "critical")
+STATUSES = ("firing", "resolved")
+
+
+def finding_key(kind: str, client: str, broker: str) -> str:
+    return f"{kind}|{client}|{broker}"
+
+
+@dataclass
+class Finding:
+    """One detected (or resolved) pathology for one client x broker series."""
+
+    kind: str
+    severity: str
+    side: str
+    host: str
+    app: str
+    broker: str
+    window_start: str
+    window_end: str
+    summary: str
+    recommendation: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    status: str = "firing"
+    broker_id: int | None = None
+    broker_endpoint: str | None = None
+    peer_host: str | None = None
+    cluster: str | None = None
+    updated_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r} not one of {KINDS}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} not one of {SEVERITIES}")
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} not one of {STATUSES}")
+
+    @property
+    def key(self) -> str:
+        client = client_id(self.side, self.host, self.app, self.peer_host)
+        return finding_key(self.kind, client, self.broker)
+
+    @classmethod
+    def for_series(
+        cls,
+        agg: Aggregate,
+        kind: str,
+        severity: str,
+        summary: str,
+        recommendation: str,
+        evidence: dict[str, Any],
+    ) -> Finding:
+        """A firing finding about ``agg``'s series and window."""
+        return cls(
+            kind=kind,
+            severity=severity,
+            side=agg.side,
+            host=agg.host,
+            app=agg.app,
+            broker=agg.broker,
+            window_start=agg.window_start,
+            window_end=agg.window_end,
+            summary=summary,
+            recommendation=recommendation,
+            evidence=evidence,
+            broker_id=agg.broker_id,
+            broker_endpoint=agg.broker_endpoint,
+            peer_host=agg.peer_host,
+            cluster=agg.cluster,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON value for ``connmon.findings``."""
+        body = dataclasses.asdict(self)
+        body.pop("broker")
+        return {"schema": SCHEMA_VERSION, **body, "broker": self.broker, "key": self.key}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

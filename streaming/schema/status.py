@@ -1,0 +1,39 @@
+"""``connmon.job-status`` and ``connmon.deadletter`` values, schema 1 (docs/topics.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEADLETTER_REASONS = (
+    "malformed_json",
+    "unsupported_schema",
+    "unknown_kind",
+    "missing_field",
+    "invalid_value",
+    "time_out_of_range",
+)
+
+
+@dataclass
+class JobStatus:
+    """One micro-batch of one streaming query, as the driver's listener saw it."""
+
+    job_id: str
+    query: str
+    batch_id: int
+    timestamp: str
+    batch_duration_s: float
+    input_rows_per_s: float
+    processed_rows_per_s: float
+    num_input_rows: int
+    watermark: str | None
+    watermark_delay_s: float | None
+    dead_letter_total: int
+    late_events_total: int
+    last_event_time: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

@@ -1,0 +1,369 @@
+"""The job against a real Kafka broker (KRaft): canned events in, findings, aggregates, dead
+letters and job status out; SIGKILL + restart from the checkpoint; a Spark standalone cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming.detectors.config import DetectorConfig
+from streaming.job.pipeline import replay, start_job
+from streaming.job.settings import JobSettings
+from streaming.stack.kafka import create_topics
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
+REPO = Path(__file__).parents[2]
+CONNMON = str(REPO / ".venv" / "bin" / "connmon")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("events_generate", FIXTURES / "generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["events_generate"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gen = _generator()
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+class Topics:
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.bootstrap = bootstrap
+        self.events = f"{prefix}.events"
+        self.aggregates = f"{prefix}.aggregates"
+        self.findings = f"{prefix}.findings"
+        self.deadletter = f"{prefix}.deadletter"
+        self.status = f"{prefix}.job-status"
+        create_topics(bootstrap, {self.events: 2, self.deadletter: 1})
+        create_topics(
+            bootstrap,
+            {self.aggregates: 1, self.findings: 1, self.status: 1},
+            config={"cleanup.policy": "compact"},
+        )
+
+    def settings(self, **kw: Any) -> JobSettings:
+        s = JobSettings(
+            bootstrap_servers=self.bootstrap,
+            events_topic=self.events,
+            aggregates_topic=self.aggregates,
+            findings_topic=self.findings,
+            deadletter_topic=self.deadletter,
+            status_topic=self.status,
+            trigger="1s",
+            starting_offsets="earliest",
+            shuffle_partitions=2,
+            **kw,
+        )
+        return s.validate()
+
+    def cli_args(self) -> list[str]:
+        return [
+            "--bootstrap-servers", self.bootstrap, "--events-topic", self.events,
+            "--aggregates-topic", self.aggregates, "--findings-topic", self.findings,
+            "--deadletter-topic", self.deadletter, "--status-topic", self.status,
+            "--trigger", "1s", "--starting-offsets", "earliest", "--shuffle-partitions", "2",
+        ]  # fmt: skip
+
+
+def produce(bootstrap: str, topic: str, lines: list[str], key: str = "host") -> None:
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for line in lines:
+        p.produce(
+            topic,
+            key=key.encode(),
+            value=line.encode(),
+            on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
+        )
+        p.poll(0)
+    assert p.flush(60) == 0 and errors == []
+
+
+def consume_all(bootstrap: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every (key, value) in the topic right now, in order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"t-{time.time_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        md = c.list_topics(topic, timeout=10)
+        parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions]
+        ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
+        c.assign(parts)
+        out: list[tuple[str, dict[str, Any]]] = []
+        pos = {p.partition: 0 for p in parts}
+        deadline = time.monotonic() + 30
+        while any(pos[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            msg = c.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            pos[msg.partition()] = msg.offset() + 1
+            out.append((msg.key().decode(), json.loads(msg.value())))
+        return out
+    finally:
+        c.close()
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = fn()
+        if result:
+            return result
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def recording(name: str, end: float | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """A scenario whose last event is at ``end`` (default: now)."""
+    events = gen.SCENARIOS[name](0.0, **kw)
+    last = max(gen_epoch(e["event_time"]) for e in events)
+    return list(gen.shifted(events, (end or time.time()) - last))
+
+
+def gen_epoch(text: str) -> float:
+    from streaming.job.times import epoch
+
+    return epoch(text)
+
+
+def lines(events: list[dict[str, Any]]) -> list[str]:
+    return [json.dumps(e) for e in events]
+
+
+def latest_by_key(records: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in records}
+
+
+# ---- in-process job ----------------------------------------------------------------------
+def test_canned_events_give_findings_aggregates_dead_letters_and_status(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
+    produce(t.bootstrap, t.events, gen.MALFORMED, key="bad")
+    job = start_job(spark, t.settings(checkpoint=str(tmp_path / "ckpt")))
+    try:
+
+        def cw_finding():
+            found = latest_by_key(consume_all(t.bootstrap, t.findings))
+            f = found.get("close_wait_buildup|client:app-7:payments-sarama|2")
+            return f if f and f["evidence"]["close_wait_count"] == 7 else None
+
+        f = wait_for("close_wait_buildup finding", cw_finding)
+        assert f["status"] == "firing" and f["severity"] in ("warning", "critical")
+        assert f["schema"] == 1 and f["side"] == "client" and f["broker_endpoint"]
+        assert set(f) >= {
+            "kind", "severity", "status", "side", "host", "app", "broker_id", "broker_endpoint",
+            "peer_host", "window_start", "window_end", "evidence", "summary", "recommendation",
+            "key", "updated_at",
+        }  # fmt: skip
+
+        dead = wait_for(
+            "8 dead letters",
+            lambda: (d := consume_all(t.bootstrap, t.deadletter)) and len(d) >= 8 and d,
+        )
+        reasons = sorted(v["reason"] for _, v in dead)
+        assert reasons == sorted(gen.MALFORMED_REASONS)
+        assert all(v["raw"] and v["topic"] == t.events for _, v in dead)
+
+        aggs = latest_by_key(consume_all(t.bootstrap, t.aggregates))
+        a = aggs["client|app-7|payments-sarama|2"]
+        assert a["close_wait_count"] == 7 and a["sockets"]["CLOSE_WAIT"] == 7
+        assert a["series"] == "client|app-7|payments-sarama|2" and a["schema"] == 1
+
+        status = wait_for(
+            "job status with the dead-letter total",
+            lambda: [
+                v for _, v in consume_all(t.bootstrap, t.status) if v["dead_letter_total"] == 8
+            ],
+        )
+        assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
+
+        # the job keeps running after bad input: a new series shows up
+        produce(t.bootstrap, t.events, lines(recording("duplicate_bootstrap")), key="app-5")
+        dup = wait_for(
+            "duplicate_connections finding",
+            lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
+                "duplicate_connections|client:app-5:billing-service|1"
+            ),
+        )
+        assert dup["evidence"]["dup_max_idle_s"] >= 120 and "10.0.1.5:" in dup["summary"]
+        assert all(q.isActive for q in job.queries)
+    finally:
+        job.stop()
+
+
+# ---- SIGKILL and restart -------------------------------------------------------------------
+def _start_cli(args: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - owned by the child
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [CONNMON, "job", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+
+
+def _kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL, timeout_s: float = 60) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, sig)
+    try:
+        p.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait(30)
+
+
+def _comparable(f: dict[str, Any]) -> tuple:
+    return (
+        f["kind"],
+        f["status"],
+        f["severity"],
+        f["window_start"],
+        json.dumps(f["evidence"], sort_keys=True),
+    )
+
+
+def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    now = time.time()
+    leak = recording("close_wait_leak", end=now)
+    dup = recording("duplicate_bootstrap", end=now)
+    half = now - 450
+    first = [e for e in leak + dup if gen_epoch(e["event_time"]) <= half]
+    second = [e for e in leak + dup if gen_epoch(e["event_time"]) > half]
+    produce(t.bootstrap, t.events, lines(first))
+    args = [*t.cli_args(), "--checkpoint", str(tmp_path / "ckpt")]
+    log = tmp_path / "job.log"
+    p = _start_cli(args, log)
+    try:
+        wait_for(
+            "a first finding",
+            lambda: any(
+                k.startswith("close_wait_buildup|") for k, _ in consume_all(t.bootstrap, t.findings)
+            ),
+        )
+        _kill_group(p)  # SIGKILL: no shutdown hook, no flush, no clean stop
+        produce(t.bootstrap, t.events, lines(second))
+        p = _start_cli(args, log)
+
+        # the same events replayed in one go are the reference
+        path = tmp_path / "all.jsonl"
+        path.write_text("\n".join(lines(sorted(leak + dup, key=lambda e: e["event_time"]))))
+        expected: dict[str, dict[str, Any]] = {}
+        ref = replay(spark, str(path), DetectorConfig(), max_age_s=None)
+        for f in ref.findings:
+            expected[f["key"]] = f
+
+        def caught_up():
+            got = latest_by_key(consume_all(t.bootstrap, t.findings))
+            same = {k: _comparable(v) for k, v in got.items()} == {
+                k: _comparable(v) for k, v in expected.items()
+            }
+            return got if same else None
+
+        try:
+            got = wait_for("the restarted job to catch up with the reference", caught_up, 240)
+        except AssertionError:
+            got = latest_by_key(consume_all(t.bootstrap, t.findings))
+            print(log.read_text()[-5000:])
+            assert {k: _comparable(v) for k, v in got.items()} == {
+                k: _comparable(v) for k, v in expected.items()
+            }
+            raise
+        assert "detector state restored from batch" in log.read_text()  # really restarted
+        keys = {k for k, _ in consume_all(t.bootstrap, t.findings)}
+        assert keys == set(expected) == set(got)
+        assert {
+            "close_wait_buildup|client:app-7:payments-sarama|2",
+            "duplicate_connections|client:app-5:billing-service|1",
+        } <= keys
+    finally:
+        _kill_group(p, signal.SIGTERM)
+
+
+# ---- Spark standalone cluster --------------------------------------------------------------
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    """A Spark master and one worker (1 core, 1 GiB) on 127.0.0.1."""
+    from streaming.stack.ports import free_port
+
+    port, ui, wui = free_port(), free_port(), free_port()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "w")}
+    procs = []
+    try:
+        for cmd in (
+            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+             str(port), "--webui-port", str(ui)],
+            ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+             "--memory", "1g", "--webui-port", str(wui), f"spark://127.0.0.1:{port}"],
+        ):  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [_spark_class(), *cmd], stdout=open(tmp_path / f"{cmd[0][-6:]}.log", "ab"),  # noqa: SIM115
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, env=env,
+                )
+            )  # fmt: skip
+            time.sleep(3)
+        yield f"spark://127.0.0.1:{port}", tmp_path / "Worker.log"
+    finally:
+        for proc in reversed(procs):
+            _kill_group(proc, signal.SIGTERM, timeout_s=20)
+
+
+def test_job_on_a_standalone_cluster(kafka_cluster, standalone, unique_name, tmp_path):
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    produce(t.bootstrap, t.events, lines(recording("idle_zombie")))
+    args = [
+        *t.cli_args(), "--master", standalone[0], "--checkpoint", str(tmp_path / "ckpt"),
+        "--spark-conf", "spark.executor.memory=512m", "--spark-conf", "spark.cores.max=1",
+    ]  # fmt: skip
+    log = tmp_path / "job.log"
+    master, worker_log = standalone
+    p = _start_cli(args, log)
+    try:
+        f = wait_for(
+            "idle_zombie finding from the cluster",
+            lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
+                "idle_zombie|client:app-6:legacy-reporter|2"
+            ),
+            timeout_s=240,
+        )
+        assert f["evidence"]["max_idle_s"] >= 4000
+        assert "Asked to launch executor" in worker_log.read_text()  # work ran on the worker
+    finally:
+        _kill_group(p, signal.SIGTERM)
