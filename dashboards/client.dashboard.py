@@ -1,0 +1,101 @@
+"""Client drill-down: one client host or app, its sockets to each broker."""
+
+from streaming.mixin import grafana as gf
+from streaming.mixin.config import DEFAULT as cfg
+
+d = cfg.detectors
+F = f'{cfg.exporter_selector}, side="client", host=~"$host", app=~"$app", broker_id=~"$broker"'
+BY = "{{app}} @ {{host}} -> {{broker_id}}"
+
+panels = [
+    gf.row("Sockets"),
+    gf.timeseries(
+        "Sockets by broker and state",
+        "The client's Kafka sockets per broker and TCP state (latest in each window).",
+        [(f"sum by (broker_id, state) (connmon_sockets{{{F}}})", "{{broker_id}} {{state}}")],
+        "short",
+        width=24,
+    ),
+    gf.timeseries(
+        "CLOSE_WAIT sockets",
+        "Sockets the broker closed that the client application has not closed. Lines: "
+        "close_wait_buildup warning and critical counts.",
+        [(f"connmon_close_wait_sockets{{{F}}}", BY)],
+        "short",
+        thresholds=[(d.close_wait_warning_count, "orange"), (d.close_wait_critical_count, "red")],
+    ),
+    gf.timeseries(
+        "Oldest CLOSE_WAIT age",
+        "Age of the oldest CLOSE_WAIT socket; it should stay near zero for a healthy client.",
+        [(f"connmon_close_wait_oldest_age_seconds{{{F}}}", BY)],
+        "s",
+        thresholds=[(d.close_wait_grace_s, "orange")],
+    ),
+    gf.timeseries(
+        "CLOSE_WAIT trend",
+        "Slope of the CLOSE_WAIT count (sockets per second); the line is the critical slope.",
+        [(f"connmon_close_wait_slope_per_second{{{F}}}", BY)],
+        "short",
+        thresholds=[(d.close_wait_critical_slope_per_s, "red")],
+    ),
+    gf.timeseries(
+        "Max idle time",
+        "Longest idle socket per broker. Lines: the duplicate-connection idle limit and the "
+        "zombie idle limit.",
+        [(f"connmon_max_idle_seconds{{{F}}}", BY)],
+        "s",
+        thresholds=[(d.duplicate_idle_s, "orange"), (d.zombie_idle_s, "red")],
+    ),
+    gf.row("Churn"),
+    gf.timeseries(
+        "Opens and closes",
+        "Connections opened and closed per second; closes split by who closed first (local: "
+        "the client, peer: the broker or a middlebox).",
+        [
+            (f"connmon_connection_opens_per_second{{{F}}}", "opens " + BY),
+            (
+                f"sum by (app, host, broker_id, closed_by) "
+                f"(connmon_connection_closes_per_second{{{F}}})",
+                "closes by {{closed_by}} " + BY,
+            ),
+        ],
+        "cps",
+        thresholds=[(d.storm_opens_per_min / 60, "red")],
+    ),
+    gf.timeseries(
+        "Idle closes and short-lived connections",
+        "Closes after idling (idle-timeout churn) and connections shorter than the storm "
+        "threshold, per second.",
+        [
+            (f"connmon_idle_closes_per_second{{{F}}}", "idle closes " + BY),
+            (f"connmon_short_lived_connections_per_second{{{F}}}", "short-lived " + BY),
+        ],
+        "cps",
+    ),
+    gf.timeseries(
+        "Duplicate connections",
+        "Processes holding more than one ESTABLISHED socket to one broker (a leftover "
+        "bootstrap connection shows here for a while).",
+        [(f"connmon_duplicate_connections{{{F}}}", BY)],
+        "short",
+    ),
+    gf.timeseries(
+        "TIME_WAIT and SYN_SENT",
+        "TIME_WAIT (client closed first) and SYN_SENT (connects not answered) sockets.",
+        [
+            (f"connmon_time_wait_sockets{{{F}}}", "TIME_WAIT " + BY),
+            (f"connmon_syn_sent_sockets{{{F}}}", "SYN_SENT " + BY),
+        ],
+        "short",
+        thresholds=[(d.time_wait_warning_count, "orange")],
+    ),
+]
+
+dashboard = gf.dashboard(
+    cfg,
+    "client",
+    "connmon / Client drill-down",
+    "One Kafka client host or app: sockets, CLOSE_WAIT, idle times and churn per broker.",
+    panels,
+    side="client",
+)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install the Go linters the mixin checks use (pint, dashboard-linter) into
+# deploy/local/.cache/go-bin. Idempotent: a tool already installed at the pinned version is
+# left alone, so a second run downloads nothing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+GOBIN_DIR="${CONNMON_GO_BIN:-$ROOT/deploy/local/.cache/go-bin}"
+PINT_VERSION="${PINT_VERSION:-latest}"
+LINTER_VERSION="${DASHBOARD_LINTER_VERSION:-latest}"
+
+if ! command -v go >/dev/null 2>&1; then
+  if [ -x /usr/local/go/bin/go ]; then
+    PATH="/usr/local/go/bin:$PATH"
+  else
+    echo "install-tools.sh: Go is not installed (needed for pint and dashboard-linter)" >&2
+    exit 1
+  fi
+fi
+mkdir -p "$GOBIN_DIR"
+
+install_tool() { # name module version
+  local name="$1" module="$2" version="$3" stamp="$GOBIN_DIR/.$1.version"
+  if [ -x "$GOBIN_DIR/$name" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$version" ]; then
+    return 0
+  fi
+  echo ">> go install $module@$version -> $GOBIN_DIR" >&2
+  GOBIN="$GOBIN_DIR" GOFLAGS="-buildvcs=false" go install "$module@$version"
+  echo "$version" >"$stamp"
+}
+
+install_tool pint github.com/cloudflare/pint/cmd/pint "$PINT_VERSION"
+install_tool dashboard-linter github.com/grafana/dashboard-linter "$LINTER_VERSION"
+echo "$GOBIN_DIR"

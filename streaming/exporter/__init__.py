@@ -1,0 +1,1 @@
+"""connmon exporter: serves the job's aggregates, findings and progress to Prometheus."""

@@ -1,0 +1,100 @@
+"""``connmon exporter``: consume the job's topics and serve them on /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from confluent_kafka import KafkaException
+
+from streaming.exporter import config as cfg
+from streaming.exporter.consumer import TopicReader
+from streaming.exporter.http import metrics_app, serve
+from streaming.exporter.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "exporter",
+        help="serve aggregates, findings and job health to Prometheus",
+        description=__doc__,
+    )
+    p.add_argument("--bootstrap-servers", default=cfg.default_bootstrap())
+    p.add_argument("--listen", default=cfg.DEFAULT_LISTEN, help="host:port for /metrics")
+    p.add_argument("--aggregates-topic", default=cfg.DEFAULT_TOPICS["aggregates"])
+    p.add_argument("--findings-topic", default=cfg.DEFAULT_TOPICS["findings"])
+    p.add_argument("--status-topic", default=cfg.DEFAULT_TOPICS["job_status"])
+    p.add_argument("--series-limit", type=int, default=20000)
+    p.add_argument("--staleness", type=float, default=300.0, help="seconds (window_end age)")
+    p.add_argument("--finding-staleness", type=float, default=1800.0, help="seconds")
+    p.add_argument("--tls-cert-file")
+    p.add_argument("--tls-key-file")
+    p.add_argument("--basic-auth-user")
+    p.add_argument("--basic-auth-password-file")
+    p.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka consumer setting (repeatable), e.g. security.protocol=SSL",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    conf = cfg.build(
+        bootstrap_servers=args.bootstrap_servers,
+        listen=args.listen,
+        aggregates_topic=args.aggregates_topic,
+        findings_topic=args.findings_topic,
+        status_topic=args.status_topic,
+        series_limit=args.series_limit,
+        staleness_s=args.staleness,
+        finding_staleness_s=args.finding_staleness,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        basic_auth_user=args.basic_auth_user,
+        basic_auth_password_file=args.basic_auth_password_file,
+        kafka_config=args.kafka_config,
+    )
+    store = Store(conf.series_limit, conf.staleness_s, conf.finding_staleness_s)
+    auth = (
+        (conf.basic_auth_user, conf.basic_auth_password)
+        if conf.basic_auth_user and conf.basic_auth_password
+        else None
+    )
+    try:
+        httpd, _ = serve(
+            metrics_app(store),
+            conf.listen_host,
+            conf.listen_port,
+            conf.tls_cert_file,
+            conf.tls_key_file,
+            auth,
+        )
+    except OSError as exc:
+        raise cfg.ConfigError(f"listen: cannot bind {args.listen}: {exc}") from exc
+    try:
+        reader = TopicReader(conf.bootstrap_servers, conf.topics, store, conf.kafka_config).start()
+    except KafkaException as exc:
+        httpd.shutdown()
+        raise cfg.ConfigError(f"kafka-config: {exc}") from exc
+    scheme = "https" if conf.tls_cert_file else "http"
+    log.info("serving %s://%s:%d/metrics", scheme, conf.listen_host, conf.listen_port)
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    while not done.wait(5.0):
+        if not reader.alive():
+            log.error("the Kafka reader stopped; exiting")
+            httpd.shutdown()
+            return 1
+    log.info("stopping")
+    reader.stop()
+    httpd.shutdown()
+    return 0

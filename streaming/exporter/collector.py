@@ -1,0 +1,93 @@
+"""A client_python custom ``Collector``: fresh metric families from the store on every scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from streaming.exporter.store import ROLES, Snapshot, Store
+from streaming.metricnames import metric
+from streaming.metricnames.connmon import AGGREGATE_METRICS, JOB_METRICS
+
+SIMPLE_AGGREGATES = tuple(
+    m.name
+    for m in AGGREGATE_METRICS
+    if m.name not in ("connmon_sockets", "connmon_connection_closes_per_second")
+)
+
+
+def _family(name: str) -> GaugeMetricFamily | CounterMetricFamily:
+    m = metric(name)
+    cls = CounterMetricFamily if m.type == "counter" else GaugeMetricFamily
+    return cls(m.name, m.help, labels=list(m.labels))
+
+
+class ConnmonCollector:
+    """Reads a ``Store`` snapshot; holds no metric objects between scrapes."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def describe(self) -> list[Metric]:
+        # Empty: registering must not call collect() (the store may still be loading).
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._store.snapshot()
+
+        sockets = _family("connmon_sockets")
+        closes = _family("connmon_connection_closes_per_second")
+        simple = {name: _family(name) for name in SIMPLE_AGGREGATES}
+        for agg in snap.aggregates:
+            labels = list(agg.labels)
+            for state, count in agg.sockets.items():
+                sockets.add_metric([*labels, state], count)
+            for by, rate in agg.closes.items():
+                closes.add_metric([*labels, by], rate)
+            for name, value in agg.gauges.items():
+                simple[name].add_metric(labels, value)
+        yield sockets
+        yield closes
+        yield from simple.values()
+
+        active = _family("connmon_finding_active")
+        for f in snap.findings:
+            active.add_metric([f.kind, f.severity, *f.labels], 1.0)
+        yield active
+
+        job = {m.name: _family(m.name) for m in JOB_METRICS}
+        for status in snap.statuses:
+            for name, value in status.values.items():
+                job[name].add_metric([status.job_id, status.query], value)
+        yield from job.values()
+
+        for name, samples in self_metric_samples(snap):
+            family = _family(name)
+            for labels, value in samples:
+                family.add_metric(list(labels), value)
+            yield family
+
+
+def self_metric_samples(snap: Snapshot) -> list[tuple[str, list[tuple[tuple[str, ...], float]]]]:
+    """The exporter's own metrics as (name, [(label values, value)])."""
+    size = len(snap.aggregates) + len(snap.findings) + len(snap.statuses)
+    return [
+        ("connmon_exporter_series", [((), size)]),
+        ("connmon_exporter_series_limit", [((), snap.series_limit)]),
+        ("connmon_exporter_series_dropped_total", [((), snap.dropped)]),
+        ("connmon_exporter_series_expired_total", [((), snap.expired)]),
+        (
+            "connmon_exporter_messages_total",
+            [((role,), snap.messages.get(role, 0)) for role in ROLES],
+        ),
+        (
+            "connmon_exporter_invalid_messages_total",
+            [((role, reason), n) for (role, reason), n in sorted(snap.invalid.items())],
+        ),
+        (
+            "connmon_exporter_last_message_timestamp_seconds",
+            [((role,), snap.last_message[role]) for role in ROLES if role in snap.last_message],
+        ),
+        ("connmon_exporter_consumer_errors_total", [((), snap.consumer_errors)]),
+    ]

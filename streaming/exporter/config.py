@@ -1,0 +1,122 @@
+"""Exporter settings as one object, checked at start: a wrong one names itself."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streaming.cli import ConfigError
+
+DEFAULT_LISTEN = "127.0.0.1:9853"
+DEFAULT_TOPICS = {
+    "aggregates": "connmon.aggregates",
+    "findings": "connmon.findings",
+    "job_status": "connmon.job-status",
+}
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topics: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TOPICS))
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9853
+    series_limit: int = 20000
+    staleness_s: float = 300.0
+    finding_staleness_s: float = 1800.0
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    basic_auth_user: str | None = None
+    basic_auth_password: str | None = None
+    kafka_config: dict[str, str] = field(default_factory=dict)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    text = value.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"listen: {value!r} is not host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def parse_kv(items: list[str], setting: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{setting}: {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build(
+    bootstrap_servers: str,
+    listen: str = DEFAULT_LISTEN,
+    aggregates_topic: str = DEFAULT_TOPICS["aggregates"],
+    findings_topic: str = DEFAULT_TOPICS["findings"],
+    status_topic: str = DEFAULT_TOPICS["job_status"],
+    series_limit: int = 20000,
+    staleness_s: float = 300.0,
+    finding_staleness_s: float = 1800.0,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
+    basic_auth_user: str | None = None,
+    basic_auth_password_file: str | None = None,
+    kafka_config: list[str] | None = None,
+) -> ExporterConfig:
+    """Validate every setting; raises ``ConfigError`` naming the first wrong one."""
+    if not bootstrap_servers.strip():
+        raise ConfigError("bootstrap-servers: empty")
+    host, port = parse_listen(listen)
+    topics = {
+        "aggregates": aggregates_topic,
+        "findings": findings_topic,
+        "job_status": status_topic,
+    }
+    for role, name in topics.items():
+        if not name.strip():
+            raise ConfigError(f"{role.replace('_', '-')}-topic: empty")
+    if len(set(topics.values())) != len(topics):
+        raise ConfigError("aggregates-topic/findings-topic/status-topic: must be different topics")
+    if series_limit < 1:
+        raise ConfigError(f"series-limit: {series_limit} must be at least 1")
+    if staleness_s <= 0:
+        raise ConfigError(f"staleness: {staleness_s} must be > 0 seconds")
+    if finding_staleness_s <= 0:
+        raise ConfigError(f"finding-staleness: {finding_staleness_s} must be > 0 seconds")
+    if bool(tls_cert_file) != bool(tls_key_file):
+        raise ConfigError("tls-cert-file/tls-key-file: give both or neither")
+    for setting, path in (("tls-cert-file", tls_cert_file), ("tls-key-file", tls_key_file)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{setting}: {path} does not exist")
+    password = None
+    if bool(basic_auth_user) != bool(basic_auth_password_file):
+        raise ConfigError("basic-auth-user/basic-auth-password-file: give both or neither")
+    if basic_auth_password_file:
+        p = Path(basic_auth_password_file)
+        if not p.is_file():
+            raise ConfigError(f"basic-auth-password-file: {p} does not exist")
+        password = p.read_text().rstrip("\r\n")
+        if not password:
+            raise ConfigError(f"basic-auth-password-file: {p} is empty")
+    return ExporterConfig(
+        bootstrap_servers=bootstrap_servers.strip(),
+        topics=topics,
+        listen_host=host,
+        listen_port=port,
+        series_limit=series_limit,
+        staleness_s=staleness_s,
+        finding_staleness_s=finding_staleness_s,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+        basic_auth_user=basic_auth_user,
+        basic_auth_password=password,
+        kafka_config=parse_kv(kafka_config or [], "kafka-config"),
+    )
+
+
+def default_bootstrap() -> str:
+    return os.environ.get("CONNMON_BOOTSTRAP_SERVERS", "127.0.0.1:9092")

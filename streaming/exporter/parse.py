@@ -1,0 +1,218 @@
+"""Pure parsing of the job's messages (docs/topics.md, schema 1) into exporter records.
+
+Each parser takes the raw Kafka value and returns a record or raises ``InvalidMessage`` with a
+bounded reason, which the exporter counts per topic and reason and keeps aside.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from streaming.exporter.labels import broker_label, clean, peer_label
+
+SUPPORTED_SCHEMA = 1
+SIDES = ("client", "broker")
+SEVERITIES = ("info", "warning", "critical")
+STATUSES = ("firing", "resolved")
+# Reasons are a fixed set: they become label values.
+REASONS = (
+    "malformed_json",
+    "unsupported_schema",
+    "missing_field",
+    "invalid_value",
+    "processing_error",  # an exporter bug, counted instead of crashing
+)
+
+SeriesLabels = tuple[str, str, str, str, str, str]  # side, host, app, cluster, broker_id, peer
+
+
+class InvalidMessage(ValueError):
+    """A message the exporter cannot use; ``reason`` is one of ``REASONS``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Latest window values of one client x broker series."""
+
+    labels: SeriesLabels
+    window_end: float
+    window_s: float
+    sockets: dict[str, float]
+    gauges: dict[str, float]  # metric name -> value (already per second where a rate)
+    closes: dict[str, float]  # closed_by -> closes per second
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: str
+    firing: bool
+    labels: SeriesLabels
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    query: str
+    timestamp: float
+    values: dict[str, float]  # metric name -> value
+
+
+def _load(raw: bytes | str) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidMessage("malformed_json", str(exc)) from None
+    if not isinstance(obj, dict):
+        raise InvalidMessage("malformed_json", "value is not a JSON object")
+    schema = obj.get("schema")
+    if schema != SUPPORTED_SCHEMA:
+        raise InvalidMessage("unsupported_schema", f"schema {schema!r}")
+    return obj
+
+
+def _req(obj: dict[str, Any], name: str) -> Any:
+    if obj.get(name) is None:
+        raise InvalidMessage("missing_field", name)
+    return obj[name]
+
+
+def _num(obj: dict[str, Any], name: str, required: bool = False) -> float | None:
+    value = _req(obj, name) if required else obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidMessage("invalid_value", f"{name}={value!r} is not a finite number")
+    return float(value)
+
+
+def _time(obj: dict[str, Any], name: str, required: bool = True) -> float | None:
+    value = _req(obj, name) if required else obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidMessage("invalid_value", f"{name}={value!r} is not an ISO 8601 string")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidMessage("invalid_value", f"{name}={value!r} is not ISO 8601") from None
+    if parsed.tzinfo is None:
+        raise InvalidMessage("invalid_value", f"{name}={value!r} has no time zone")
+    return parsed.timestamp()
+
+
+def _choice(obj: dict[str, Any], name: str, allowed: tuple[str, ...]) -> str:
+    value = _req(obj, name)
+    if value not in allowed:
+        raise InvalidMessage("invalid_value", f"{name}={value!r} not in {allowed}")
+    return str(value)
+
+
+def _series_labels(obj: dict[str, Any]) -> SeriesLabels:
+    side = _choice(obj, "side", SIDES)
+    host = clean(_req(obj, "host"))
+    app = clean(_req(obj, "app"))
+    broker_id = obj.get("broker_id")
+    # The endpoint, else the job's own ``broker`` field ("*" for host-level series).
+    endpoint = obj.get("broker_endpoint") or obj.get("broker")
+    if broker_id is None and endpoint is None:
+        raise InvalidMessage("missing_field", "broker_id, broker_endpoint or broker")
+    peer = peer_label(obj.get("peer_host")) if side == "broker" else ""
+    cluster = clean(obj.get("cluster"), default="")
+    return (side, host, app, cluster, broker_label(broker_id, endpoint), peer)
+
+
+def _nonneg(obj: dict[str, Any], name: str) -> float:
+    value = _num(obj, name)
+    if value is None:
+        return 0.0
+    if value < 0:
+        raise InvalidMessage("invalid_value", f"{name}={value!r} is negative")
+    return value
+
+
+def parse_aggregate(raw: bytes | str) -> Aggregate:
+    """One ``connmon.aggregates`` value."""
+    obj = _load(raw)
+    labels = _series_labels(obj)
+    start = _time(obj, "window_start")
+    end = _time(obj, "window_end")
+    assert start is not None and end is not None
+    window_s = end - start
+    if window_s <= 0:
+        raise InvalidMessage("invalid_value", "window_end is not after window_start")
+    sockets_obj = obj.get("sockets") or {}
+    if not isinstance(sockets_obj, dict):
+        raise InvalidMessage("invalid_value", "sockets is not an object")
+    sockets = {clean(state).upper(): _nonneg(sockets_obj, state) for state in sorted(sockets_obj)}
+    gauges = {
+        "connmon_close_wait_sockets": _nonneg(obj, "close_wait_count"),
+        "connmon_close_wait_oldest_age_seconds": _nonneg(obj, "close_wait_oldest_age_s"),
+        "connmon_close_wait_slope_per_second": _num(obj, "close_wait_slope_per_s") or 0.0,
+        "connmon_time_wait_sockets": _nonneg(obj, "time_wait_count"),
+        "connmon_syn_sent_sockets": _nonneg(obj, "syn_sent_count"),
+        "connmon_max_idle_seconds": _nonneg(obj, "max_idle_s"),
+        "connmon_duplicate_connections": _nonneg(obj, "dup_processes"),
+        "connmon_duplicate_max_idle_seconds": _nonneg(obj, "dup_max_idle_s"),
+        "connmon_connection_opens_per_second": _nonneg(obj, "opens") / window_s,
+        "connmon_idle_closes_per_second": _nonneg(obj, "closes_after_idle") / window_s,
+        "connmon_short_lived_connections_per_second": _nonneg(obj, "short_lived") / window_s,
+        "connmon_connection_lifetime_max_seconds": _nonneg(obj, "lifetime_max_s"),
+        "connmon_window_end_timestamp_seconds": end,
+    }
+    closes = {by: _nonneg(obj, f"closes_{by}") / window_s for by in ("local", "peer", "unknown")}
+    return Aggregate(labels, end, window_s, sockets, gauges, closes)
+
+
+def parse_finding(raw: bytes | str) -> Finding:
+    """One ``connmon.findings`` value."""
+    obj = _load(raw)
+    kind = _req(obj, "kind")
+    if not isinstance(kind, str) or not kind.replace("_", "").isalnum():
+        raise InvalidMessage("invalid_value", f"kind={kind!r}")
+    return Finding(
+        kind=clean(kind),
+        severity=_choice(obj, "severity", SEVERITIES),
+        firing=_choice(obj, "status", STATUSES) == "firing",
+        labels=_series_labels(obj),
+        # The job may leave updated_at null; the window end is then the finding's time.
+        updated_at=_time(obj, "updated_at", required=False) or _time(obj, "window_end") or 0.0,
+    )
+
+
+_STATUS_FIELDS = {
+    "connmon_job_batch_duration_seconds": "batch_duration_s",
+    "connmon_job_input_rows_per_second": "input_rows_per_s",
+    "connmon_job_processed_rows_per_second": "processed_rows_per_s",
+    "connmon_job_batch_input_rows": "num_input_rows",
+    "connmon_job_watermark_delay_seconds": "watermark_delay_s",
+    "connmon_job_dead_letter_events_total": "dead_letter_total",
+    "connmon_job_late_events_total": "late_events_total",
+}
+
+
+def parse_status(raw: bytes | str) -> JobStatus:
+    """One ``connmon.job-status`` value."""
+    obj = _load(raw)
+    timestamp = _time(obj, "timestamp")
+    assert timestamp is not None
+    values: dict[str, float] = {}
+    for metric, field in _STATUS_FIELDS.items():
+        value = _num(obj, field)
+        if value is not None:
+            values[metric] = value
+    last_event = _time(obj, "last_event_time", required=False)
+    if last_event is not None:
+        values["connmon_job_last_event_timestamp_seconds"] = last_event
+    values["connmon_job_last_batch_timestamp_seconds"] = timestamp
+    return JobStatus(clean(_req(obj, "job_id")), clean(obj.get("query"), ""), timestamp, values)

@@ -1,0 +1,158 @@
+"""Every metric the exporter serves: the job's aggregates and findings, the job's pipeline
+health (from ``connmon.job-status``) and the exporter's own health.
+
+Labels are bounded by construction: ``broker_id`` is the broker id, or the endpoint's host when
+the id is unknown (never ``host:port``); ``peer_host`` is a client address on the broker side.
+"""
+
+from __future__ import annotations
+
+from streaming.metricnames.base import Metric
+
+# Identity of one client x broker series (docs/topics.md "Series key and identity").
+SERIES_LABELS: tuple[str, ...] = ("side", "host", "app", "cluster", "broker_id", "peer_host")
+JOB_LABELS: tuple[str, ...] = ("job_id", "query")
+FINDING_LABELS: tuple[str, ...] = ("kind", "severity") + SERIES_LABELS
+
+
+def _series(name: str, help_: str, extra: tuple[str, ...] = ()) -> Metric:
+    return Metric(name, "gauge", help_, SERIES_LABELS + extra)
+
+
+def _job(name: str, type_: str, help_: str) -> Metric:
+    return Metric(name, type_, help_, JOB_LABELS)
+
+
+AGGREGATE_METRICS: tuple[Metric, ...] = (
+    _series("connmon_sockets", "Sockets of this client x broker pair by TCP state.", ("state",)),
+    _series("connmon_close_wait_sockets", "Sockets in CLOSE_WAIT (peer closed, app did not)."),
+    _series(
+        "connmon_close_wait_oldest_age_seconds",
+        "Age of the oldest CLOSE_WAIT socket of the pair.",
+    ),
+    _series(
+        "connmon_close_wait_slope_per_second",
+        "Trend of the CLOSE_WAIT count over the job's trend window, in sockets per second.",
+    ),
+    _series("connmon_time_wait_sockets", "Sockets in TIME_WAIT (this side closed first)."),
+    _series("connmon_syn_sent_sockets", "Sockets in SYN_SENT (connects not yet answered)."),
+    _series("connmon_max_idle_seconds", "Largest idle time (no data either way) of any socket."),
+    _series(
+        "connmon_duplicate_connections",
+        "Processes holding more than one ESTABLISHED socket to this broker.",
+    ),
+    _series(
+        "connmon_duplicate_max_idle_seconds",
+        "Idle time of the idlest extra socket among processes with duplicate connections.",
+    ),
+    _series("connmon_connection_opens_per_second", "Connections opened, averaged over the window."),
+    _series(
+        "connmon_connection_closes_per_second",
+        "Connections closed, averaged over the window, by who closed first.",
+        ("closed_by",),
+    ),
+    _series(
+        "connmon_idle_closes_per_second",
+        "Connections closed after being idle (idle-timeout reaping), averaged over the window.",
+    ),
+    _series(
+        "connmon_short_lived_connections_per_second",
+        "Connections that lived shorter than the storm threshold, averaged over the window.",
+    ),
+    _series("connmon_connection_lifetime_max_seconds", "Longest lifetime of a closed connection."),
+    _series(
+        "connmon_window_end_timestamp_seconds",
+        "End of the aggregation window these values come from (Unix time).",
+    ),
+)
+
+FINDING_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "connmon_finding_active",
+        "gauge",
+        "1 while the job reports this finding as firing; the series disappears when resolved.",
+        FINDING_LABELS,
+    ),
+)
+
+JOB_METRICS: tuple[Metric, ...] = (
+    _job("connmon_job_batch_duration_seconds", "gauge", "Duration of the last micro-batch."),
+    _job("connmon_job_input_rows_per_second", "gauge", "Input rate of the last micro-batch."),
+    _job(
+        "connmon_job_processed_rows_per_second",
+        "gauge",
+        "Processing rate of the last micro-batch.",
+    ),
+    _job("connmon_job_batch_input_rows", "gauge", "Rows read by the last micro-batch."),
+    _job(
+        "connmon_job_watermark_delay_seconds",
+        "gauge",
+        "How far the event-time watermark trails the batch time.",
+    ),
+    _job(
+        "connmon_job_dead_letter_events_total",
+        "counter",
+        "Events rejected to the dead-letter topic since the checkpoint was created.",
+    ),
+    _job(
+        "connmon_job_late_events_total",
+        "counter",
+        "Events that arrived behind the watermark since the checkpoint was created.",
+    ),
+    _job(
+        "connmon_job_last_event_timestamp_seconds",
+        "gauge",
+        "Event time of the newest event the job has processed (Unix time).",
+    ),
+    _job(
+        "connmon_job_last_batch_timestamp_seconds",
+        "gauge",
+        "When the job finished its last micro-batch (Unix time).",
+    ),
+)
+
+EXPORTER_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "connmon_exporter_series",
+        "gauge",
+        "Client x broker series and findings the exporter holds now.",
+    ),
+    Metric("connmon_exporter_series_limit", "gauge", "Most series the exporter will hold."),
+    Metric(
+        "connmon_exporter_series_dropped_total",
+        "counter",
+        "Updates for new series refused because the series limit was reached.",
+    ),
+    Metric(
+        "connmon_exporter_series_expired_total",
+        "counter",
+        "Series removed because they were not updated within the staleness limit.",
+    ),
+    Metric(
+        "connmon_exporter_messages_total",
+        "counter",
+        "Messages consumed, by topic role (aggregates, findings, job_status).",
+        ("topic",),
+    ),
+    Metric(
+        "connmon_exporter_invalid_messages_total",
+        "counter",
+        "Messages rejected as malformed, by topic role and reason; they are kept aside in memory.",
+        ("topic", "reason"),
+    ),
+    Metric(
+        "connmon_exporter_last_message_timestamp_seconds",
+        "gauge",
+        "When the last message of a topic role was consumed (Unix time).",
+        ("topic",),
+    ),
+    Metric(
+        "connmon_exporter_consumer_errors_total",
+        "counter",
+        "Errors reported by the Kafka consumer.",
+    ),
+)
+
+CONNMON_METRICS: tuple[Metric, ...] = (
+    AGGREGATE_METRICS + FINDING_METRICS + JOB_METRICS + EXPORTER_METRICS
+)

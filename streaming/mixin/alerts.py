@@ -1,0 +1,196 @@
+"""Alert rules: one per finding kind, plus pipeline health. Names, severities, summaries and
+descriptions follow the monitoring-mixin conventions (see ../shared/STYLE.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streaming.mixin.config import MixinConfig
+
+FINDING_LABELS = "kind, severity, side, host, app, cluster, broker_id, peer_host"
+_WHO = "{{ $labels.app }} on {{ $labels.host }} ({{ $labels.side }} side)"
+_BROKER = "broker {{ $labels.broker_id }}"
+
+
+@dataclass(frozen=True)
+class FindingAlert:
+    name: str
+    kind: str
+    summary: str
+    description: str
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
+
+
+def finding_alerts(cfg: MixinConfig) -> tuple[FindingAlert, ...]:
+    d = cfg.detectors
+    return (
+        FindingAlert(
+            "ConnMonCloseWaitBuildup",
+            "close_wait_buildup",
+            "Sockets to a Kafka broker are stuck in CLOSE_WAIT.",
+            f"{_WHO} holds CLOSE_WAIT sockets to {_BROKER} for more than "
+            f"{_g(d.close_wait_grace_s)}s: the broker closed them and the application never "
+            f"did (warning from {d.close_wait_warning_count}, critical from "
+            f"{d.close_wait_critical_count} sockets or a rising count).",
+        ),
+        FindingAlert(
+            "ConnMonIdleChurn",
+            "idle_churn",
+            "A Kafka client keeps re-creating connections reaped for idleness.",
+            f"{_WHO} had its connection to {_BROKER} closed after more than "
+            f"{_g(d.idle_churn_min_idle_s)}s idle and re-opened at least "
+            f"{d.idle_churn_min_cycles} times within {_g(d.idle_churn_window_s)}s.",
+        ),
+        FindingAlert(
+            "ConnMonDuplicateConnections",
+            "duplicate_connections",
+            "A Kafka client process holds an idle extra connection to one broker.",
+            f"{_WHO} has a process with more than one ESTABLISHED socket to {_BROKER}, the "
+            f"extra one idle for more than {_g(d.duplicate_idle_s)}s.",
+        ),
+        FindingAlert(
+            "ConnMonIdleZombie",
+            "idle_zombie",
+            "A Kafka connection has been idle longer than any idle timeout.",
+            f"{_WHO} holds an ESTABLISHED socket to {_BROKER} idle for more than "
+            f"{_g(d.zombie_idle_s)}s: idle expiry is disabled on both sides.",
+        ),
+        FindingAlert(
+            "ConnMonConnectionStorm",
+            "connection_storm",
+            "A Kafka client is opening connections to a broker at a storm rate.",
+            f"{_WHO} opens more than {_g(d.storm_opens_per_min)} connections per minute to "
+            f"{_BROKER}, or more than {_g(d.storm_short_lived_per_min)} per minute that live "
+            f"under {_g(d.storm_short_lived_s)}s, or waits on more than "
+            f"{d.storm_syn_sent_count} unanswered connects (SYN_SENT).",
+        ),
+        FindingAlert(
+            "ConnMonTimeWaitPileup",
+            "time_wait_pileup",
+            "TIME_WAIT sockets toward a Kafka broker are piling up.",
+            f"{_WHO} has TIME_WAIT sockets to {_BROKER} above "
+            f"{d.time_wait_warning_count} (critical from {d.time_wait_critical_count}).",
+        ),
+    )
+
+
+def _alert(
+    cfg: MixinConfig,
+    name: str,
+    expr: str,
+    for_: str,
+    summary: str,
+    description: str,
+    severity: str | None,
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr, "for": for_}
+    if severity is not None:
+        rule["labels"] = {"severity": severity}
+    rule["annotations"] = {
+        "summary": summary,
+        "description": description,
+        "runbook_url": cfg.runbook_url(name),
+    }
+    return rule
+
+
+def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    ex, ag, w = cfg.exporter_selector, cfg.agent_selector, cfg.rate_window
+    return [
+        _alert(
+            cfg,
+            "ConnMonAgentDown",
+            f"up{{{ag}}} == 0 or connmon_agent_up{{{ag}}} == 0 or "
+            f"(time() - connmon_agent_last_scan_timestamp_seconds{{{ag}}}) "
+            f"> {_g(cfg.agent_heartbeat_stale_s)}",
+            cfg.agent_down_for,
+            "A connmon agent is not reporting.",
+            "The connmon agent {{ $labels.instance }} is down, cannot read sockets, or has not "
+            f"completed a scan for {_g(cfg.agent_heartbeat_stale_s)}s.",
+            "warning",
+        ),
+        _alert(
+            cfg,
+            "ConnMonJobStalled",
+            f"time() - max by (job_id, query) (connmon_job_last_batch_timestamp_seconds{{{ex}}})"
+            f" > {_g(cfg.job_stalled_s)}",
+            cfg.job_stalled_for,
+            "The connmon streaming job has stopped completing micro-batches.",
+            "Query {{ $labels.query }} of job {{ $labels.job_id }} has not finished a "
+            f"micro-batch for more than {_g(cfg.job_stalled_s)}s.",
+            "critical",
+        ),
+        _alert(
+            cfg,
+            "ConnMonJobLagging",
+            f"max by (job_id, query) (connmon_job_watermark_delay_seconds{{{ex}}}) "
+            f"> {_g(cfg.job_lag_s)}",
+            cfg.job_lagging_for,
+            "The connmon streaming job is falling behind its input.",
+            "Query {{ $labels.query }} of job {{ $labels.job_id }} has a watermark delay of "
+            f"{{{{ $value | humanizeDuration }}}} (more than {_g(cfg.job_lag_s)}s).",
+            "warning",
+        ),
+        _alert(
+            cfg,
+            "ConnMonDataStale",
+            f"time() - max by (job_id, query) "
+            f"(connmon_job_last_event_timestamp_seconds{{{ex}}}) > {_g(cfg.data_stale_s)}",
+            cfg.data_stale_for,
+            "connmon has received no new socket events.",
+            "The newest event processed by query {{ $labels.query }} of job "
+            f"{{{{ $labels.job_id }}}} is more than {_g(cfg.data_stale_s)}s old: agents may "
+            "not be producing or the events topic is unreachable.",
+            "warning",
+        ),
+        _alert(
+            cfg,
+            "ConnMonDeadLetterRate",
+            f"sum by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}[{w}])) "
+            f"> {_g(cfg.dead_letter_per_s)}",
+            cfg.dead_letter_for,
+            "connmon is rejecting socket events to the dead-letter topic.",
+            "Query {{ $labels.query }} of job {{ $labels.job_id }} rejects "
+            "{{ $value | humanize }} events per second to the dead-letter topic "
+            f"(more than {_g(cfg.dead_letter_per_s)}).",
+            "warning",
+        ),
+        _alert(
+            cfg,
+            "ConnMonExporterCardinalityLimit",
+            f"increase(connmon_exporter_series_dropped_total{{{ex}}}[{w}]) > 0 or "
+            f"connmon_exporter_series{{{ex}}} / connmon_exporter_series_limit{{{ex}}} "
+            f"> {_g(cfg.cardinality_ratio)}",
+            cfg.cardinality_for,
+            "The connmon exporter is at its series limit.",
+            "The connmon exporter {{ $labels.instance }} drops new series or holds more than "
+            f"{_g(cfg.cardinality_ratio * 100)}% of its series limit.",
+            "warning",
+        ),
+    ]
+
+
+def alert_rules(cfg: MixinConfig) -> dict[str, Any]:
+    findings = [
+        _alert(
+            cfg,
+            a.name,
+            f"max by ({FINDING_LABELS}) "
+            f'(connmon_finding_active{{kind="{a.kind}", {cfg.exporter_selector}}}) > 0',
+            cfg.finding_for,
+            a.summary,
+            a.description,
+            None,  # the finding's own severity label (warning/critical) is kept
+        )
+        for a in finding_alerts(cfg)
+    ]
+    return {
+        "groups": [
+            {"name": "connmon.findings", "rules": findings},
+            {"name": "connmon.pipeline", "rules": pipeline_alerts(cfg)},
+        ]
+    }

@@ -1,0 +1,178 @@
+"""Checks on the generated mixin: metric names against the catalog, dashboard lint rules,
+promtool, and (when installed) pint and Grafana's dashboard-linter."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from streaming.metricnames import PROMETHEUS_BUILTINS, series_names
+from streaming.mixin.build import ROOT
+from streaming.mixin.promql import metric_names
+
+GO_BIN = ROOT / "deploy" / "local" / ".cache" / "go-bin"
+INSTALL_TOOLS = ROOT / "deploy" / "prometheus" / "install-tools.sh"
+PROM_DIR = ROOT / "deploy" / "prometheus"
+RULE_FILES = (PROM_DIR / "alerts.yaml", PROM_DIR / "rules.yaml")
+_RATE_FUNCS = re.compile(r"\b(rate|irate|increase)\s*\(")
+_RANGE_AFTER = re.compile(r"\[([^\]]+)\]")
+
+
+# ---- expressions --------------------------------------------------------------------------
+def rule_exprs(rule_doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, expr) for every rule of a rules file."""
+    for group in rule_doc["groups"]:
+        for rule in group["rules"]:
+            yield f"{group['name']}/{rule.get('alert') or rule.get('record')}", rule["expr"]
+
+
+def dashboard_exprs(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, expr) for every panel target and query variable of a dashboard JSON."""
+    for panel in _panels(dash):
+        for t in panel.get("targets", []):
+            yield f"{dash['uid']}/{panel['title']}/{t.get('refId')}", t["expr"]
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.match(r"^label_values\((.*),\s*\w+\)$", var["query"])
+            yield f"{dash['uid']}/${var['name']}", m.group(1) if m else var["query"]
+
+
+def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for p in dash.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
+
+
+def recorded_names(rule_docs: list[dict[str, Any]]) -> set[str]:
+    return {
+        r["record"] for d in rule_docs for g in d["groups"] for r in g["rules"] if "record" in r
+    }
+
+
+def unknown_metrics(
+    exprs: list[tuple[str, str]], rule_docs: list[dict[str, Any]]
+) -> list[tuple[str, str]]:
+    """(where, name) for every metric an expression names that the catalog does not list."""
+    known = series_names() | PROMETHEUS_BUILTINS | recorded_names(rule_docs)
+    return [(where, n) for where, e in exprs for n in sorted(metric_names(e)) if n not in known]
+
+
+# ---- dashboard lint (the rules of grafana/dashboard-linter we rely on) ---------------------
+def lint_dashboard(dash: dict[str, Any]) -> list[str]:
+    """Problems in one dashboard JSON; empty when clean."""
+    problems: list[str] = []
+    uid = dash.get("uid", "?")
+    if dash.get("schemaVersion", 0) < 36:
+        problems.append(f"{uid}: schemaVersion {dash.get('schemaVersion')} is legacy")
+    if dash.get("editable") is not False:
+        problems.append(f"{uid}: provisioned dashboards must not be editable")
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    ds = variables.get("datasource")
+    if not ds or ds["type"] != "datasource" or ds["query"] != "prometheus":
+        problems.append(f"{uid}: needs a 'datasource' variable of type datasource (prometheus)")
+    for name in ("host", "app", "broker"):
+        if name not in variables:
+            problems.append(f"{uid}: template variable ${name} missing")
+    for v in variables.values():
+        if v["type"] == "query":
+            if v.get("datasource", {}).get("uid") != "${datasource}":
+                problems.append(f"{uid}: ${v['name']} does not use ${{datasource}}")
+            if v.get("refresh") != 2:
+                problems.append(f"{uid}: ${v['name']} must refresh on time range change")
+    for key in ("rows", "hideControls", "sharedCrosshair", "style"):
+        if key in dash:
+            problems.append(f"{uid}: legacy key {key!r}")
+    seen_ids: set[int] = set()
+    for p in _panels(dash):
+        where = f"{uid}/{p.get('title') or p.get('id')}"
+        if p.get("id") in seen_ids:
+            problems.append(f"{where}: duplicate panel id {p.get('id')}")
+        seen_ids.add(p.get("id"))
+        if "gridPos" not in p:
+            problems.append(f"{where}: no gridPos")
+        if p["type"] == "row":
+            continue
+        if not p.get("title") or not p.get("description"):
+            problems.append(f"{where}: needs a title and a description")
+        if p.get("datasource") != {"type": "prometheus", "uid": "${datasource}"}:
+            problems.append(f"{where}: datasource is not {{type, uid: ${{datasource}}}}")
+        if not p.get("fieldConfig", {}).get("defaults", {}).get("unit"):
+            problems.append(f"{where}: no unit")
+        if not p.get("targets"):
+            problems.append(f"{where}: no targets")
+        for t in p.get("targets", []):
+            if t.get("datasource") != p.get("datasource"):
+                problems.append(f"{where}: target datasource differs from the panel's")
+            problems += [f"{where}: {msg}" for msg in _lint_expr(t["expr"])]
+    return problems
+
+
+def _lint_expr(expr: str) -> list[str]:
+    out = []
+    for m in _RATE_FUNCS.finditer(expr):
+        rng = _RANGE_AFTER.search(expr, m.end())
+        if rng and rng.group(1) != "$__rate_interval":
+            out.append(f"{m.group(1)}() should use [$__rate_interval], not [{rng.group(1)}]")
+    for name in metric_names(expr):
+        if name.endswith("_total") and not re.search(
+            rf"\b(rate|irate|increase)\s*\(\s*{re.escape(name)}\b", expr
+        ):
+            out.append(f"counter {name} must be wrapped in rate()/increase()")
+    return out
+
+
+# ---- external tools -----------------------------------------------------------------------
+def _run(cmd: list[str]) -> tuple[int, str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def promtool_check_rules(files: tuple[Path, ...] = RULE_FILES) -> tuple[int, str]:
+    from streaming.stack.prometheus import promtool
+
+    return _run([promtool(), "check", "rules", *map(str, files)])
+
+
+def promtool_test_rules() -> tuple[int, str]:
+    from streaming.stack.prometheus import promtool
+
+    tests = sorted(str(p) for p in (PROM_DIR / "tests").glob("*.yaml"))
+    return _run([promtool(), "test", "rules", *tests])
+
+
+def go_tool(name: str) -> str | None:
+    path = GO_BIN / name
+    return str(path) if path.exists() else shutil.which(name)
+
+
+def install_go_tools() -> tuple[int, str]:
+    return _run(["bash", str(INSTALL_TOOLS)])
+
+
+def pint_lint() -> tuple[int, str] | None:
+    pint = go_tool("pint")
+    if pint is None:
+        return None
+    return _run([pint, "--offline", "lint", *map(str, RULE_FILES)])
+
+
+def dashboard_linter(paths: list[Path]) -> tuple[int, str] | None:
+    linter = go_tool("dashboard-linter")
+    if linter is None:
+        return None
+    results = [_run([linter, "lint", "--strict", str(p)]) for p in paths]
+    return max(r[0] for r in results), "\n".join(r[1] for r in results)
+
+
+def load_outputs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rule docs, dashboards) as committed."""
+    rules = [yaml.safe_load(p.read_text()) for p in RULE_FILES]
+    dashes = [json.loads(p.read_text()) for p in sorted((ROOT / "dashboards/out").glob("*.json"))]
+    return rules, dashes

@@ -1,0 +1,63 @@
+"""``connmon mixin build|check``: write the generated rules, dashboards and deploy objects, or
+verify them (up to date, catalog names, lint, promtool; pint and dashboard-linter if present)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from streaming.mixin import build, check
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("mixin", help="build or check alerts, rules and dashboards")
+    sub = p.add_subparsers(dest="mixin_command", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="write dashboards/out, deploy/prometheus, deploy/kubernetes")
+    b.set_defaults(func=run_build)
+    c = sub.add_parser("check", help="verify the generated files and lint them")
+    c.add_argument(
+        "--require-linters",
+        action="store_true",
+        help="fail when pint or dashboard-linter cannot be installed (default: report only)",
+    )
+    c.set_defaults(func=run_check)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    for path in build.write():
+        print(path.relative_to(build.ROOT))
+    return 0
+
+
+def _report(name: str, rc: int, output: str) -> bool:
+    print(f"{'ok  ' if rc == 0 else 'FAIL'} {name}")
+    if rc != 0 and output:
+        print("     " + output.replace("\n", "\n     "))
+    return rc == 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    ok = True
+    stale = build.stale()
+    ok &= _report("generated files up to date", len(stale), "\n".join(stale))
+    rules, dashes = check.load_outputs()
+    exprs = [e for doc in rules for e in check.rule_exprs(doc)]
+    exprs += [e for d in dashes for e in check.dashboard_exprs(d)]
+    unknown = check.unknown_metrics(exprs, rules)
+    ok &= _report(
+        "metric names in the catalog", len(unknown), "\n".join(f"{w}: {n}" for w, n in unknown)
+    )
+    problems = [p for d in dashes for p in check.lint_dashboard(d)]
+    ok &= _report("dashboard lint", len(problems), "\n".join(problems))
+    ok &= _report("promtool check rules", *check.promtool_check_rules())
+    ok &= _report("promtool test rules", *check.promtool_test_rules())
+    rc, out = check.install_go_tools()
+    if rc != 0:
+        print(f"{'FAIL' if args.require_linters else 'skip'} pint, dashboard-linter: {out}")
+        ok &= not args.require_linters
+    else:
+        ok &= _report("pint lint", *(check.pint_lint() or (1, "pint missing")))
+        paths = sorted((build.ROOT / "dashboards/out").glob("*.json"))
+        ok &= _report("dashboard-linter --strict", *(check.dashboard_linter(paths) or (1, "")))
+    sys.stdout.flush()
+    return 0 if ok else 1

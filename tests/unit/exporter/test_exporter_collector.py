@@ -1,0 +1,142 @@
+"""The exporter through a private CollectorRegistry, as Prometheus would scrape it."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streaming.exporter.collector import ConnmonCollector
+from streaming.exporter.consumer import handle
+from streaming.exporter.samples import NOW, aggregate, finding, status
+from streaming.exporter.store import Store
+from streaming.metricnames import FORBIDDEN_LABELS, series_names
+
+L = {
+    "side": "client",
+    "host": "web-1",
+    "app": "orders-consumer",
+    "cluster": "local",
+    "broker_id": "2",
+    "peer_host": "",
+}
+
+
+def make(clock, **kw) -> tuple[Store, CollectorRegistry]:
+    store = Store(clock=clock, **kw)
+    registry = CollectorRegistry()
+    registry.register(ConnmonCollector(store))
+    return store, registry
+
+
+def test_aggregate_finding_and_status_are_served(clock) -> None:
+    store, reg = make(clock)
+    handle(store, "aggregates", b"k1", aggregate(), "t/0@0")
+    handle(store, "findings", b"f1", finding(), "t/0@0")
+    handle(store, "job_status", b"j", status(), "t/0@0")
+    assert reg.get_sample_value("connmon_sockets", {**L, "state": "CLOSE_WAIT"}) == 3
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 3
+    assert reg.get_sample_value("connmon_connection_opens_per_second", L) == pytest.approx(0.1)
+    closes = reg.get_sample_value(
+        "connmon_connection_closes_per_second", {**L, "closed_by": "peer"}
+    )
+    assert closes == pytest.approx(0.05)
+    active = {**L, "kind": "close_wait_buildup", "severity": "critical"}
+    assert reg.get_sample_value("connmon_finding_active", active) == 1
+    job = {"job_id": "connmon-job", "query": "aggregates"}
+    assert reg.get_sample_value("connmon_job_dead_letter_events_total", job) == 3
+    assert reg.get_sample_value("connmon_job_watermark_delay_seconds", job) == 122.1
+    assert reg.get_sample_value("connmon_exporter_series") == 3
+    assert reg.get_sample_value("connmon_exporter_messages_total", {"topic": "findings"}) == 1
+    ts = reg.get_sample_value(
+        "connmon_exporter_last_message_timestamp_seconds", {"topic": "aggregates"}
+    )
+    assert ts == NOW
+
+
+def test_resolved_finding_removes_the_series(clock) -> None:
+    store, reg = make(clock)
+    handle(store, "findings", b"f1", finding(), "x")
+    handle(store, "findings", b"f1", finding(updated=NOW - 1, status="resolved"), "x")
+    assert reg.get_sample_value("connmon_finding_active", {**L, "kind": "close_wait_buildup",
+                                "severity": "critical"}) is None  # fmt: skip
+
+
+def test_stale_series_disappear_and_are_counted(clock) -> None:
+    store, reg = make(clock, staleness_s=120)
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 10), "x")
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 3
+    clock.t += 200
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
+    assert reg.get_sample_value("connmon_exporter_series_expired_total") == 1
+    assert reg.get_sample_value("connmon_exporter_series") == 0
+
+
+def test_already_stale_or_older_windows_are_ignored(clock) -> None:
+    store, reg = make(clock, staleness_s=120)
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 500), "x")
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 10, close_wait_count=7), "x")
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 70, close_wait_count=1), "x")
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 7
+
+
+def test_series_limit_refuses_new_series_and_counts_them(clock) -> None:
+    store, reg = make(clock, series_limit=2)
+    for host in ("a", "b", "c", "d"):
+        handle(store, "aggregates", host.encode(), aggregate(host=host), "x")
+    # An existing series still updates at the limit.
+    handle(store, "aggregates", b"a", aggregate(host="a", close_wait_count=9), "x")
+    assert reg.get_sample_value("connmon_exporter_series") == 2
+    assert reg.get_sample_value("connmon_exporter_series_limit") == 2
+    assert reg.get_sample_value("connmon_exporter_series_dropped_total") == 2
+    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "a"}) == 9
+    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "c"}) is None
+
+
+def test_malformed_messages_are_counted_and_kept_aside(clock) -> None:
+    store, reg = make(clock)
+    handle(store, "aggregates", b"k", b"{oops", "connmon.aggregates/0@17")
+    handle(store, "findings", b"k", finding(schema=9), "connmon.findings/1@3")
+    bad = {"topic": "aggregates", "reason": "malformed_json"}
+    assert reg.get_sample_value("connmon_exporter_invalid_messages_total", bad) == 1
+    assert store.rejected[0].where == "connmon.aggregates/0@17"
+    assert store.rejected[0].raw_head == b"{oops"
+    assert store.rejected[1].reason == "unsupported_schema"
+
+
+def test_tombstone_deletes_the_series(clock) -> None:
+    store, reg = make(clock)
+    handle(store, "aggregates", b"k1", aggregate(), "x")
+    handle(store, "aggregates", b"k1", None, "x")
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
+
+
+def test_exposition_is_valid_and_uses_only_catalog_names_and_bounded_labels(clock) -> None:
+    store, reg = make(clock)
+    handle(
+        store, "aggregates", b"k1",
+        aggregate(broker_id=None, broker_endpoint="b-1:9092", host="h\x01ost"), "x",
+    )  # fmt: skip
+    handle(store, "findings", b"f", finding(), "x")
+    handle(store, "job_status", b"j", status(), "x")
+    text = generate_latest(reg).decode()
+    known = series_names()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert sample.name in known, sample.name
+            assert not FORBIDDEN_LABELS & set(sample.labels)
+            for value in sample.labels.values():
+                assert ":9092" not in value
+    assert 'host="h_ost"' in text
+    assert 'broker_id="b-1"' in text
+
+
+def test_each_scrape_builds_fresh_families(clock) -> None:
+    store, reg = make(clock)
+    handle(store, "aggregates", b"k1", aggregate(), "x")
+    first = generate_latest(reg)
+    handle(store, "aggregates", b"k1", aggregate(close_wait_count=11), "x")
+    second = generate_latest(reg)
+    assert b"connmon_close_wait_sockets{" in first and first != second
+    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 11

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streaming.exporter.labels import broker_label, clean, peer_label, strip_port
+from streaming.exporter.parse import (
+    InvalidMessage,
+    parse_aggregate,
+    parse_finding,
+    parse_status,
+)
+from streaming.exporter.samples import NOW, aggregate, finding, status
+
+
+def test_aggregate_fields_become_base_unit_values() -> None:
+    agg = parse_aggregate(aggregate())
+    assert agg.labels == ("client", "web-1", "orders-consumer", "local", "2", "")
+    assert agg.window_s == 60.0
+    assert agg.window_end == pytest.approx(NOW - 5)
+    assert agg.sockets == {"CLOSE_WAIT": 3.0, "ESTABLISHED": 2.0, "TIME_WAIT": 0.0}
+    assert agg.gauges["connmon_connection_opens_per_second"] == pytest.approx(6 / 60)
+    assert agg.gauges["connmon_close_wait_oldest_age_seconds"] == 512.0
+    assert agg.gauges["connmon_duplicate_max_idle_seconds"] == 0.0  # null -> 0
+    assert agg.closes == {"local": 0.0, "peer": pytest.approx(3 / 60), "unknown": 0.0}
+
+
+def test_unknown_broker_id_uses_endpoint_host_never_the_port() -> None:
+    agg = parse_aggregate(aggregate(broker_id=None, broker_endpoint="kafka-3.example:9093"))
+    assert agg.labels[4] == "kafka-3.example"
+    assert ":" not in agg.labels[4]
+
+
+def test_broker_side_peer_host_loses_its_port() -> None:
+    agg = parse_aggregate(aggregate(side="broker", app="kafka-broker", peer_host="10.1.2.3:51234"))
+    assert agg.labels[5] == "10.1.2.3"
+
+
+def test_client_side_ignores_peer_host() -> None:
+    assert parse_aggregate(aggregate(peer_host="10.1.2.3")).labels[5] == ""
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{not json", "malformed_json"),
+        (b"[1, 2]", "malformed_json"),
+        (b"\xff\xfe", "malformed_json"),
+        (aggregate(schema=2), "unsupported_schema"),
+        (aggregate(host=None), "missing_field"),
+        (aggregate(side="sideways"), "invalid_value"),
+        (aggregate(opens="many"), "invalid_value"),
+        (aggregate(opens=-1), "invalid_value"),
+        (aggregate(window_end="yesterday"), "invalid_value"),
+        (aggregate(window_end="2026-11-21T05:00:00"), "invalid_value"),
+        (aggregate(broker_id=None, broker_endpoint=None), "missing_field"),
+        (aggregate(broker_id=None, broker_endpoint=None, broker="7"), None),
+    ],
+)
+def test_bad_aggregates_raise_with_a_bounded_reason(raw: bytes, reason: str | None) -> None:
+    if reason is None:  # the control case parses
+        assert parse_aggregate(raw).labels[4] == "7"
+        return
+    with pytest.raises(InvalidMessage) as exc:
+        parse_aggregate(raw)
+    assert exc.value.reason == reason
+
+
+def test_nan_is_rejected() -> None:
+    raw = aggregate().decode().replace('"max_idle_s": 540.2', '"max_idle_s": NaN').encode()
+    with pytest.raises(InvalidMessage, match="max_idle_s"):
+        parse_aggregate(raw)
+
+
+def test_finding_and_status() -> None:
+    f = parse_finding(finding())
+    assert (f.kind, f.severity, f.firing) == ("close_wait_buildup", "critical", True)
+    assert not parse_finding(finding(status="resolved")).firing
+    with pytest.raises(InvalidMessage):
+        parse_finding(finding(severity="page-everyone"))
+    with pytest.raises(InvalidMessage):
+        parse_finding(finding(kind="a b{c}"))
+    s = parse_status(status())
+    assert s.values["connmon_job_dead_letter_events_total"] == 3
+    assert s.values["connmon_job_last_batch_timestamp_seconds"] == pytest.approx(NOW - 1)
+    assert s.values["connmon_job_last_event_timestamp_seconds"] == pytest.approx(NOW - 1.2)
+    no_wm = json.loads(status())
+    no_wm["watermark_delay_s"] = None
+    assert "connmon_job_watermark_delay_seconds" not in parse_status(json.dumps(no_wm)).values
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("host:9092", "host"),
+        ("10.0.0.1:9092", "10.0.0.1"),
+        ("[::1]:9092", "::1"),
+        ("fe80::1", "fe80::1"),
+        ("plain", "plain"),
+    ],
+)
+def test_strip_port(value: str, expected: str) -> None:
+    assert strip_port(value) == expected
+
+
+def test_label_cleaning() -> None:
+    assert clean("  a\x00b\nc ") == "a_b_c"
+    assert clean(None) == "unknown"
+    long = clean("x" * 1000)
+    assert len(long) == 128 and long.endswith("~")
+    assert broker_label(0, "h:1") == "0"
+    assert broker_label(True, "h:1") == "h"
+    assert broker_label("7", None) == "7"
+    assert peer_label(None) == ""

@@ -1,0 +1,61 @@
+"""The fast /metrics renderer yields exactly the samples of the client_python collector."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from streaming.exporter.collector import ConnmonCollector
+from streaming.exporter.consumer import handle
+from streaming.exporter.render import Renderer
+from streaming.exporter.samples import aggregate, finding, status
+from streaming.exporter.store import Store
+
+
+def _samples(text: str) -> dict[tuple, float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _types(text: str) -> dict[str, str]:
+    return {f.name: f.type for f in text_string_to_metric_families(text)}
+
+
+def test_renderer_matches_the_collector(clock) -> None:
+    store = Store(clock=clock, series_limit=5)
+    handle(store, "aggregates", b"a", aggregate(), "x")
+    odd = aggregate(side="broker", app="kafka-broker", peer_host="10.0.0.7", host='we"ird\\h')
+    handle(store, "aggregates", b"b", odd, "x")
+    handle(store, "aggregates", b"c", aggregate(host="c"), "x")
+    handle(store, "findings", b"f", finding(), "x")
+    handle(store, "job_status", b"j", status(), "x")
+    handle(store, "aggregates", b"d", aggregate(host="over-the-limit"), "x")
+    handle(store, "aggregates", b"bad", b"nope", "x")
+    registry = CollectorRegistry()
+    registry.register(ConnmonCollector(store))
+    reference = generate_latest(registry).decode()
+    fast = Renderer().render(store.snapshot())
+    ref, got = _samples(reference), _samples(fast)
+    assert len(ref) > 60
+    assert ref.keys() == got.keys()
+    for key, value in ref.items():
+        assert math.isclose(value, got[key]), key
+    assert _types(reference) == _types(fast)
+
+
+def test_expired_series_leave_the_label_cache(clock) -> None:
+    store = Store(clock=clock, staleness_s=10)
+    r = Renderer()
+    for i in range(1200):
+        handle(store, "aggregates", str(i).encode(), aggregate(host=f"h{i}"), "x")
+    assert "h1199" in r.render(store.snapshot())
+    clock.t += 100
+    r.render(store.snapshot())
+    assert r._labels == {}

@@ -1,0 +1,200 @@
+"""The generated mixin: up to date, conventions, catalog names, dashboard lint, config use."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streaming.metricnames import ALL_METRICS, FORBIDDEN_LABELS, series_names
+from streaming.mixin import build, check
+from streaming.mixin.alerts import alert_rules
+from streaming.mixin.config import DEFAULT
+from streaming.mixin.promql import grafana_to_promql, metric_names
+
+ROOT = build.ROOT
+RULES, DASHES = check.load_outputs()
+ALERTS = [r for g in RULES[0]["groups"] for r in g["rules"]]
+EXPECTED_ALERTS = {
+    "ConnMonCloseWaitBuildup", "ConnMonIdleChurn", "ConnMonDuplicateConnections",
+    "ConnMonIdleZombie", "ConnMonConnectionStorm", "ConnMonTimeWaitPileup", "ConnMonAgentDown",
+    "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
+    "ConnMonExporterCardinalityLimit",
+}  # fmt: skip
+
+
+def test_committed_outputs_are_up_to_date() -> None:
+    assert build.stale() == [], "run `connmon mixin build` (make mixin) and commit the result"
+
+
+def test_build_is_deterministic() -> None:
+    assert build.render() == build.render()
+
+
+def test_every_expected_alert_exists_once() -> None:
+    names = [a["alert"] for a in ALERTS]
+    assert sorted(names) == sorted(EXPECTED_ALERTS)
+
+
+@pytest.mark.parametrize("rule", ALERTS, ids=lambda r: r["alert"])
+def test_alert_conventions(rule: dict) -> None:
+    assert re.fullmatch(r"ConnMon[A-Z][A-Za-z]+", rule["alert"])
+    ann = rule["annotations"]
+    summary = ann["summary"]
+    assert summary.endswith(".") and summary.count(". ") == 0 and "{{" not in summary
+    assert "{{ $labels." in ann["description"]
+    anchor = rule["alert"].lower()
+    assert ann["runbook_url"].endswith(f"docs/runbook.md#{anchor}")
+    finding_based = "connmon_finding_active" in rule["expr"]
+    if finding_based:
+        assert "severity" in rule["expr"]  # the finding's own severity label is kept
+    else:
+        assert rule["labels"]["severity"] in ("critical", "warning", "info")
+
+
+def test_runbook_has_a_section_per_alert() -> None:
+    text = (ROOT / "docs" / "runbook.md").read_text()
+    headings = set(re.findall(r"^## (\S+)$", text, re.M))
+    assert headings >= EXPECTED_ALERTS
+
+
+def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
+    fires: set[str] = set()
+    quiet: set[str] = set()
+    for path in (ROOT / "deploy/prometheus/tests").glob("*.yaml"):
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                (fires if case["exp_alerts"] else quiet).add(case["alertname"])
+                for alert in case["exp_alerts"]:
+                    assert set(alert["exp_annotations"]) == {
+                        "summary", "description", "runbook_url",
+                    }  # fmt: skip
+    assert fires == EXPECTED_ALERTS
+    assert quiet == EXPECTED_ALERTS
+
+
+def test_recording_rules_are_level_metric_operation() -> None:
+    for group in RULES[1]["groups"]:
+        for rule in group["rules"]:
+            level, metric, op = rule["record"].split(":")
+            assert level and op == "sum"
+            assert metric in series_names()
+
+
+def _all_exprs() -> list[tuple[str, str]]:
+    exprs = [e for doc in RULES for e in check.rule_exprs(doc)]
+    return exprs + [e for d in DASHES for e in check.dashboard_exprs(d)]
+
+
+def test_every_queried_metric_is_in_the_catalog() -> None:
+    assert check.unknown_metrics(_all_exprs(), RULES) == []
+
+
+def test_unknown_metric_is_caught() -> None:
+    bogus = [("x", 'sum(rate(connmon_made_up_total{job="a"}[5m])) / connmon_sockets')]
+    assert check.unknown_metrics(bogus, RULES) == [("x", "connmon_made_up_total")]
+
+
+def test_every_recording_rule_is_used_by_a_dashboard() -> None:
+    used = {n for d in DASHES for _, e in check.dashboard_exprs(d) for n in metric_names(e)}
+    assert check.recorded_names(RULES) <= used
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ('sum by (le) (rate(a_bucket{x=~"$host"}[$__rate_interval]))', {"a_bucket"}),
+        ('time() - max by (q) (b{job="x"}) > 300 or up == 0', {"b", "up"}),
+        ("lvl:c:sum / on(app) group_left() d offset 5m > 1e3", {"lvl:c:sum", "d"}),
+    ],
+)
+def test_metric_name_extraction(expr: str, names: set[str]) -> None:
+    assert metric_names(expr) == names
+
+
+def test_grafana_variables_are_replaced_for_prometheus() -> None:
+    out = grafana_to_promql('rate(x{host=~"$host", app=~"${app}"}[$__rate_interval])')
+    assert out == 'rate(x{host=~".*", app=~".*"}[5m])'
+
+
+@pytest.mark.parametrize("dash", DASHES, ids=lambda d: d["uid"])
+def test_dashboards_pass_lint(dash: dict) -> None:
+    assert check.lint_dashboard(dash) == []
+
+
+def test_dashboard_lint_catches_problems() -> None:
+    bad = copy.deepcopy(DASHES[0])
+    panel = next(p for p in bad["panels"] if p["type"] == "timeseries")
+    panel["description"] = ""
+    panel["datasource"] = "Prometheus"
+    panel["targets"][0]["expr"] = "rate(connmon_exporter_messages_total[5m])"
+    bad["schemaVersion"] = 12
+    problems = "\n".join(check.lint_dashboard(bad))
+    for expected in ("schemaVersion 12", "title and a description", "datasource is not",
+                     "[$__rate_interval]"):  # fmt: skip
+        assert expected in problems
+
+
+def test_dashboards_are_modern_grafana_json() -> None:
+    names = {p.name for p in (ROOT / "dashboards").glob("*.dashboard.py")}
+    assert {"fleet.dashboard.py", "client.dashboard.py", "broker.dashboard.py",
+            "pipeline.dashboard.py"} <= names  # fmt: skip
+    for d in DASHES:
+        assert d["schemaVersion"] == 39
+        assert {"rows", "style", "sharedCrosshair", "hideControls"}.isdisjoint(d)
+        assert [v["name"] for v in d["templating"]["list"]] == [
+            "datasource", "host", "app", "broker",
+        ]  # fmt: skip
+        assert d["refresh"] == DEFAULT.dashboard_refresh
+        for p in d["panels"]:
+            assert "span" not in p and "error" not in p
+            for t in p.get("targets", []):
+                assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+                assert {"query", "step", "intervalFactor"}.isdisjoint(t)
+
+
+def test_alert_texts_follow_the_detector_config() -> None:
+    cfg = DEFAULT.replace(detectors=DEFAULT.detectors.replace(close_wait_grace_s=45.0))
+    rule = alert_rules(cfg)["groups"][0]["rules"][0]
+    assert rule["alert"] == "ConnMonCloseWaitBuildup"
+    assert "more than 45s" in rule["annotations"]["description"]
+    with pytest.raises(ValueError, match="nope"):
+        DEFAULT.replace(nope=1)
+
+
+def test_selectors_flow_into_every_rule() -> None:
+    cfg = DEFAULT.replace(exporter_selector='job="other"', agent_selector='job="ag"')
+    for group in alert_rules(cfg)["groups"]:
+        for rule in group["rules"]:
+            assert 'job="other"' in rule["expr"] or 'job="ag"' in rule["expr"]
+            assert "connmon-exporter" not in rule["expr"]
+
+
+def test_kubernetes_prometheus_rule_carries_the_same_groups() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "deploy/kubernetes/prometheusrule.yaml").read_text()))
+    assert docs[0]["kind"] == "PrometheusRule"
+    assert docs[0]["spec"]["groups"] == RULES[0]["groups"] + RULES[1]["groups"]
+    monitors = list(
+        yaml.safe_load_all((ROOT / "deploy/kubernetes/servicemonitor.yaml").read_text())
+    )
+    assert {m["kind"] for m in monitors} == {"ServiceMonitor"}
+
+
+def test_catalog_follows_prometheus_naming() -> None:
+    names = [m.name for m in ALL_METRICS]
+    assert len(names) == len(set(names))
+    for m in ALL_METRICS:
+        assert re.fullmatch(r"connmon_[a-z0-9_]+", m.name), m.name
+        assert (m.type == "counter") == m.name.endswith("_total"), m.name
+        assert not FORBIDDEN_LABELS & set(m.labels), m.name
+        assert not re.search(r"_(ms|milliseconds|minutes|bytes_total_total)$", m.name)
+        assert m.help.strip().endswith("."), m.name
+
+
+def test_metrics_doc_lists_every_metric() -> None:
+    text = Path(ROOT / "docs/metrics.md").read_text()
+    for m in ALL_METRICS:
+        assert f"`{m.name}`" in text
