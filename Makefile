@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.connmon-installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: setup artifacts prometheus test unit integration e2e lint demo clean
+.PHONY: setup artifacts javadriver prometheus test unit integration e2e lint demo clean
 
-setup: $(STAMP) artifacts prometheus
+setup: $(STAMP) artifacts javadriver prometheus
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo ">> python venv and pinned packages (pip shows progress)"
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 artifacts: $(STAMP)
 	@echo ">> Maven jars: Kafka broker, Spark Kafka connector (cached in deploy/local/.cache)"
 	$(BIN)/python -m streaming.stack.artifacts
+
+javadriver: artifacts
+	@echo ">> Java client driver for the scenarios (kafka-clients from Maven Central, javac)"
+	$(BIN)/python -m streaming.scenarios.javadriver
 
 prometheus: $(STAMP)
 	@echo ">> prometheus + promtool (Debian package, installed once)"
@@ -37,6 +41,9 @@ unit: $(STAMP)
 
 integration: setup
 	$(BIN)/pytest -m "integration" $(PYTEST_ARGS) tests
+
+e2e: setup
+	$(BIN)/pytest -m e2e $(PYTEST_ARGS) tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

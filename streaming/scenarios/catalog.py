@@ -1,0 +1,291 @@
+"""The scenarios: one per pathology in ../shared/DOMAIN.md, plus the healthy baseline.
+
+Time is compressed about 10x through configuration only: the main cluster's brokers reap idle
+connections after 60 s (default 600 s), clients that should reap first get 10 s (Java default
+540 s), and the detector thresholds in ``SESSION_DETECTOR`` shrink to match. Every scenario
+runs concurrently with the others in one session (the e2e tests and ``connmon demo``), so each
+uses its own topics and app names, and the settings a scenario relies on are listed in its
+``detector`` field and checked against the session's.
+
+Three clusters, because a broker's ``connections.max.idle.ms`` is read-only (static, one value
+per broker, checked with describe_configs on 4.3.1):
+- ``main``: 3 brokers, idle expiry 60 s: every scenario except the two below;
+- ``zombie``: 1 broker with idle expiry disabled (-1), which the zombie scenario needs;
+- ``storm``: 1 broker that the storm scenario stops, so the others keep their cluster whole.
+"""
+
+from __future__ import annotations
+
+from streaming.detectors.config import DEFAULT
+from streaming.scenarios.model import ANY_APP, Action, ClusterProfile, Expect, Scenario, Workload
+
+BROKER_IDLE_MS = 60_000
+
+CLUSTERS = {
+    "main": ClusterProfile(
+        "main",
+        3,
+        {"connections.max.idle.ms": str(BROKER_IDLE_MS)},
+        "3 brokers; idle connections reaped after 60 s (default 600 s)",
+    ),
+    "zombie": ClusterProfile(
+        "zombie", 1, {"connections.max.idle.ms": "-1"}, "1 broker; idle expiry disabled"
+    ),
+    "storm": ClusterProfile("storm", 1, {}, "1 broker, stopped by the storm scenario"),
+}
+
+# The detector thresholds of a session, compressed like the clusters above.
+SESSION_SETTINGS: dict[str, float] = {
+    "window_s": 10.0,
+    "watermark_s": 20.0,
+    "close_wait_grace_s": 10.0,
+    "idle_churn_min_idle_s": 8.0,
+    "idle_churn_min_cycles": 2,
+    "idle_churn_window_s": 300.0,
+    "duplicate_idle_s": 10.0,
+    "zombie_idle_s": 90.0,  # above the main cluster's 60 s broker expiry
+    "storm_opens_per_min": 60.0,
+    "storm_short_lived_s": 2.0,
+    "storm_host_attempt_fails_per_min": 120.0,
+    "time_wait_warning_count": 100,
+}
+SESSION_DETECTOR = DEFAULT.replace(**SESSION_SETTINGS)
+
+
+def _uses(*names: str) -> dict[str, float]:
+    return {n: SESSION_SETTINGS[n] for n in names}
+
+
+HEALTHY = Scenario(
+    name="healthy",
+    summary="Steady librdkafka producer and a two-member consumer group: no finding at all.",
+    cluster="main",
+    topics={"scn-healthy": 6},
+    workloads=(
+        Workload("rdkafka", "producer", "healthy-rdk-producer", "scn-healthy", interval_ms=100),
+        Workload("rdkafka", "consumer", "healthy-rdk-consumer-1", "scn-healthy", "healthy-g"),
+        Workload("rdkafka", "consumer", "healthy-rdk-consumer-2", "scn-healthy", "healthy-g"),
+    ),
+    expect=(
+        Expect(None, "healthy-rdk-producer", present=False),
+        Expect(None, "healthy-rdk-consumer-1", present=False),
+        Expect(None, "healthy-rdk-consumer-2", present=False),
+    ),
+    detector=_uses("idle_churn_min_idle_s", "duplicate_idle_s", "zombie_idle_s"),
+    duration_s=240.0,
+)
+
+IDLE_CHURN = Scenario(
+    name="idle-churn",
+    summary=(
+        "Producers that send every 15 s with a 10 s client idle expiry: the connection is "
+        "reaped after each message and re-opened for the next."
+    ),
+    cluster="main",
+    topics={"scn-churn-java": 1, "scn-churn-rdk": 1},
+    workloads=(
+        Workload(
+            "java",
+            "idle-producer",
+            "churn-java-producer",
+            "scn-churn-java",
+            interval_ms=15_000,
+            props={"connections.max.idle.ms": "10000"},
+        ),
+        Workload(
+            "rdkafka",
+            "producer",
+            "churn-rdk-producer",
+            "scn-churn-rdk",
+            interval_ms=15_000,
+            props={"connections.max.idle.ms": "10000"},
+        ),
+    ),
+    expect=(
+        Expect("idle_churn", "churn-java-producer"),
+        Expect("idle_churn", "churn-rdk-producer"),
+    ),
+    detector=_uses("idle_churn_min_idle_s", "idle_churn_min_cycles", "idle_churn_window_s"),
+    expect_within_s=150.0,
+)
+
+CLOSE_WAIT = Scenario(
+    name="close-wait",
+    summary=(
+        "A Java classic consumer that stops calling poll() and a raw client that never closes: "
+        "the broker reaps their idle connections after 60 s and the sockets stay in CLOSE_WAIT."
+    ),
+    cluster="main",
+    topics={"scn-closewait": 3},
+    workloads=(
+        # max.poll.interval.ms 10 s (default 300 s): the heartbeat thread leaves the group and
+        # stops driving the network client, so nothing notices the broker's FIN.
+        Workload(
+            "java",
+            "stalled-consumer",
+            "closewait-java-stalled",
+            "scn-closewait",
+            "closewait-g",
+            props={"max.poll.interval.ms": "10000"},
+            options={"poll_for_s": 10},
+        ),
+        # Default max.poll.interval.ms: the heartbeat thread keeps polling the network client.
+        Workload(
+            "java",
+            "stalled-consumer",
+            "closewait-java-stalled-hb",
+            "scn-closewait",
+            "closewait-hb-g",
+            options={"poll_for_s": 10},
+        ),
+        Workload(
+            "raw",
+            "close-wait-leak",
+            "closewait-raw-leak",
+            interval_ms=3000,
+            options={"max_connections": 8},
+            broker=2,
+        ),
+    ),
+    expect=(
+        Expect("close_wait_buildup", "closewait-java-stalled"),
+        Expect("close_wait_buildup", "closewait-raw-leak"),
+    ),
+    detector=_uses("close_wait_grace_s"),
+    expect_within_s=150.0,
+)
+
+DUPLICATE = Scenario(
+    name="duplicate",
+    summary=(
+        "A Java producer keeps its bootstrap connection next to the real-id connection to the "
+        "same broker; a librdkafka consumer's coordinator connection must not be flagged."
+    ),
+    cluster="main",
+    topics={"scn-dup": 3},
+    workloads=(
+        Workload("java", "producer", "dup-java-producer", "scn-dup", interval_ms=500),
+        Workload("java", "consumer", "dup-java-consumer", "scn-dup", "dup-java-g"),
+        Workload("rdkafka", "consumer", "dup-rdk-consumer", "scn-dup", "dup-rdk-g"),
+    ),
+    expect=(
+        Expect("duplicate_connections", "dup-java-producer"),
+        Expect("duplicate_connections", "dup-rdk-consumer", present=False),
+    ),
+    detector=_uses("duplicate_idle_s"),
+    expect_within_s=90.0,
+)
+
+ZOMBIE = Scenario(
+    name="zombie",
+    summary=(
+        "Idle expiry disabled on the broker and the clients: connections idle for good "
+        "(librdkafka's default 0, Java with connections.max.idle.ms=-1)."
+    ),
+    cluster="zombie",
+    topics={"scn-zombie": 1},
+    workloads=(
+        Workload("rdkafka", "producer", "zombie-rdk-producer", "scn-zombie", interval_ms=3_600_000),
+        Workload(
+            "java",
+            "idle-producer",
+            "zombie-java-producer",
+            "scn-zombie",
+            interval_ms=3_600_000,
+            props={"connections.max.idle.ms": "-1"},
+        ),
+    ),
+    expect=(
+        Expect("idle_zombie", "zombie-rdk-producer"),
+        Expect("idle_zombie", "zombie-java-producer"),
+    ),
+    detector=_uses("zombie_idle_s"),
+    expect_within_s=180.0,
+)
+
+STORM = Scenario(
+    name="storm",
+    summary=(
+        "Producers with 1-10 ms reconnect backoff against a broker that is stopped after 20 s "
+        "(refused connects: visible only in the host's AttemptFails), and a librdkafka producer "
+        "speaking TLS to a plaintext listener (handshake fails, short-lived sockets)."
+    ),
+    cluster="storm",
+    topics={"scn-storm": 1},
+    workloads=(
+        Workload(
+            "rdkafka",
+            "producer",
+            "storm-rdk-producer",
+            "scn-storm",
+            interval_ms=200,
+            props={"reconnect.backoff.ms": "1", "reconnect.backoff.max.ms": "10"},
+        ),
+        Workload(
+            "java",
+            "producer",
+            "storm-java-producer",
+            "scn-storm",
+            interval_ms=200,
+            props={"reconnect.backoff.ms": "1", "reconnect.backoff.max.ms": "10"},
+        ),
+        Workload(
+            "rdkafka",
+            "producer",
+            "storm-rdk-tls",
+            "scn-storm-tls",
+            interval_ms=1000,
+            props={
+                "security.protocol": "SSL",
+                "reconnect.backoff.ms": "20",
+                "reconnect.backoff.max.ms": "50",
+            },
+            cluster="main",
+            broker=3,
+        ),
+    ),
+    actions=(Action(20.0, "stop_node", 1),),
+    # Refused connects leave no socket (docs/observed-client-behaviour.md): the storm shows in
+    # the host's AttemptFails and on the broker side, so any app outside other scenarios counts.
+    expect=(Expect("connection_storm", ANY_APP, side=ANY_APP),),
+    detector=_uses(
+        "storm_opens_per_min", "storm_short_lived_s", "storm_host_attempt_fails_per_min"
+    ),
+    expect_within_s=120.0,
+)
+
+TIME_WAIT = Scenario(
+    name="time-wait",
+    summary=(
+        "A client that opens a connection every 100 ms, uses it and closes it 1.5 s later: it "
+        "closes first, so ~600 sockets sit in TIME_WAIT (60 s each) toward one broker."
+    ),
+    cluster="main",
+    workloads=(
+        Workload(
+            "raw",
+            "churn",
+            "timewait-raw-churn",
+            interval_ms=100,
+            options={"hold_ms": 1500},
+            broker=1,
+        ),
+    ),
+    expect=(Expect("time_wait_pileup", "timewait-raw-churn"),),
+    detector=_uses("time_wait_warning_count"),
+    expect_within_s=120.0,
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s for s in (HEALTHY, IDLE_CHURN, CLOSE_WAIT, DUPLICATE, ZOMBIE, STORM, TIME_WAIT)
+}
+
+
+def get(names: list[str] | None = None) -> list[Scenario]:
+    """Scenarios by name (all when ``names`` is empty); an unknown name fails with it."""
+    if not names:
+        return list(SCENARIOS.values())
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise KeyError(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    return [SCENARIOS[n] for n in names]

@@ -1,0 +1,141 @@
+"""Build and launch the Java client driver (``deploy/local/java-driver``).
+
+``ensure_built()`` copies the pom's runtime jars with ``mvn dependency:copy-dependencies`` (into
+the same local Maven repository as the broker jars, so nothing is fetched twice) and compiles the
+driver with plain ``javac`` into ``deploy/local/.cache/java-driver``. A marker holding the hash of
+the pom and the sources makes a second run start neither Maven nor javac.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from streaming.stack import artifacts
+
+MAIN_CLASS = "ConnmonDriver"
+MODES = ("producer", "idle-producer", "consumer", "stalled-consumer")
+_MARKER = ".complete"
+
+
+class JavaDriverError(RuntimeError):
+    """The driver could not be built; the message names the failing step."""
+
+
+def source_dir() -> Path:
+    return artifacts.repo_root() / "deploy" / "local" / "java-driver"
+
+
+def build_dir() -> Path:
+    return artifacts.cache_dir() / "java-driver"
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    src = source_dir()
+    for f in sorted([src / "pom.xml", *src.glob("src/*.java")]):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def is_built() -> bool:
+    marker = build_dir() / _MARKER
+    return marker.exists() and marker.read_text().strip() == _digest()
+
+
+def ensure_built(quiet: bool = True) -> Path:
+    """Fetch the client jars and compile the driver unless already done; return the build dir."""
+    out = build_dir()
+    if is_built():
+        return out
+    mvn, javac = shutil.which("mvn"), shutil.which("javac")
+    if mvn is None or javac is None:
+        raise JavaDriverError("the Java driver needs 'mvn' and 'javac' on PATH (a JDK + Maven)")
+    if out.exists():
+        shutil.rmtree(out)
+    lib, classes = out / "lib", out / "classes"
+    classes.mkdir(parents=True)
+    if not quiet:
+        print(
+            "connmon: fetching kafka-clients for the Java driver (first run only)...",
+            file=sys.stderr,
+        )
+    mvn_cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(source_dir() / "pom.xml"),
+        f"-Dmaven.repo.local={artifacts.cache_dir() / 'm2'}",
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={lib}",
+    ]
+    if quiet:
+        mvn_cmd.insert(2, "-q")
+    proc = subprocess.run(mvn_cmd, capture_output=quiet, text=True)
+    if proc.returncode != 0:
+        raise JavaDriverError(f"mvn failed (exit {proc.returncode}): {(proc.stdout or '')[-2000:]}")
+    sources = [str(p) for p in sorted((source_dir() / "src").glob("*.java"))]
+    proc = subprocess.run(
+        [javac, "-d", str(classes), "-cp", str(lib / "*"), "--release", "17", *sources],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise JavaDriverError(f"javac failed: {proc.stderr[-2000:]}")
+    (out / _MARKER).write_text(_digest())
+    return out
+
+
+def command(
+    mode: str,
+    app: str,
+    bootstrap: str,
+    topic: str,
+    group: str | None = None,
+    interval_ms: int | None = None,
+    poll_for_s: int | None = None,
+    props: dict[str, str] | None = None,
+) -> list[str]:
+    """The ``java ...`` argv for one driver process (the driver must be built)."""
+    if mode not in MODES:
+        raise ValueError(f"java driver mode {mode!r} is not one of {MODES}")
+    out = build_dir()
+    cp = os.pathsep.join([str(out / "classes"), str(out / "lib" / "*")])
+    cmd = [
+        "java",
+        "-Xms32m",
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={source_dir() / 'log4j2.properties'}",
+        "-cp",
+        cp,
+        MAIN_CLASS,
+        "--mode",
+        mode,
+        "--app",
+        app,
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+    ]
+    if group:
+        cmd += ["--group", group]
+    if interval_ms is not None:
+        cmd += ["--interval-ms", str(interval_ms)]
+    if poll_for_s is not None:
+        cmd += ["--poll-for-s", str(poll_for_s)]
+    for k, v in (props or {}).items():
+        cmd += ["--prop", f"{k}={v}"]
+    return cmd
+
+
+if __name__ == "__main__":
+    print(ensure_built(quiet=False))

@@ -1,0 +1,113 @@
+"""Every scenario end to end: real clients misbehave, the real agent sees it, the real job flags
+it in ``connmon.findings``, the exporter serves it to a real Prometheus and the alert fires.
+
+All scenarios run concurrently in one session (conftest.py); each test waits up to its
+scenario's ``expect_within_s`` (counted from when the clients started) and prints what the
+independent observer saw the clients do, which is also the first thing to read on a failure.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from streaming.scenarios import catalog
+from streaming.scenarios.components import FINDING_METRIC, alert_name
+from streaming.scenarios.model import ANY_APP, Expect, Scenario
+
+# Positive scenarios first; the healthy baseline last, as it needs the longest quiet run.
+ORDER = [n for n in catalog.SCENARIOS if n != "healthy"] + ["healthy"]
+# Startup of the job/agent lags the clients a little; findings need this much on top.
+SLACK_S = 60.0
+LOOKBACK = "30m"
+
+
+def _others(s: Scenario) -> frozenset[str]:
+    return frozenset(a for o in catalog.SCENARIOS.values() if o.name != s.name for a in o.apps)
+
+
+def _fired(session, s: Scenario, e: Expect) -> list[dict]:
+    return session.findings.ever_fired(e.kind, e.app, e.side, exclude=_others(s))
+
+
+def _selector(s: Scenario, e: Expect, extra: str = "") -> str:
+    parts = [extra] if extra else []
+    if e.kind is not None:
+        parts.append(f'kind="{e.kind}"')
+    if e.app != ANY_APP:
+        parts.append(f'app="{e.app}"')
+    else:
+        parts.append(f'app!~"{"|".join(sorted(_others(s)))}"')
+    if e.side != ANY_APP:
+        parts.append(f'side="{e.side}"')
+    return "{" + ", ".join(parts) + "}"
+
+
+def _wait(session, until_elapsed_s: float, done) -> None:
+    """Tick the session (timed actions) until ``done()`` or the deadline."""
+    while session.elapsed() < until_elapsed_s and not done():
+        session.tick()
+        time.sleep(1.0)
+
+
+def _diagnostics(session, s: Scenario) -> str:
+    lines = [session.observer_report(s), "", "active findings:"]
+    lines += [f"  {f}" for f in session.findings.active()]
+    comps = session.components
+    if comps is not None:
+        for p in comps.procs:
+            lines += [f"--- {p.name} ({'alive' if p.alive() else 'EXITED'}) log tail:", p.tail(800)]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_scenario(scenario_session, name: str) -> None:
+    session, s = scenario_session, catalog.SCENARIOS[name]
+    prom = session.components.prometheus
+    positives = [e for e in s.expect if e.present]
+    negatives = [e for e in s.expect if not e.present]
+
+    # 1. The finding in connmon.findings.
+    deadline = s.expect_within_s + SLACK_S
+    _wait(session, deadline, lambda: all(_fired(session, s, e) for e in positives))
+    if negatives:  # a negative needs the whole quiet period
+        _wait(session, max(s.duration_s, s.expect_within_s), lambda: False)
+    print(f"\n== {s.name} after {session.elapsed():.0f}s\n{session.observer_report(s)}")
+    missing = [e for e in positives if not _fired(session, s, e)]
+    assert not missing, f"no firing finding for {missing}\n{_diagnostics(session, s)}"
+    unwanted = {e: _fired(session, s, e) for e in negatives}
+    unwanted = {e: f for e, f in unwanted.items() if f}
+    assert not unwanted, f"false positives: {unwanted}\n{_diagnostics(session, s)}"
+
+    # 2. The metric in Prometheus (max_over_time: a finding that has resolved since counts).
+    for e in positives:
+        q = f"max_over_time({FINDING_METRIC}{_selector(s, e)}[{LOOKBACK}]) > 0"
+        assert prom.wait_for(q, timeout_s=60), q
+    for e in negatives:
+        q = f"max_over_time({FINDING_METRIC}{_selector(s, e)}[{LOOKBACK}]) > 0"
+        assert prom.query(q) == [], f"{q} returned data"
+
+    # 3. The alert state in Prometheus.
+    for e in positives:
+        alert = alert_name(e.kind) if e.kind else None
+        sel = _selector(s, e, extra=f'alertname="{alert}", alertstate="firing"')
+        q = f"max_over_time(ALERTS{sel}[{LOOKBACK}])"
+        assert prom.wait_for(q, timeout_s=60), q
+    for e in negatives:
+        sel = _selector(s, e, extra='alertstate="firing"')
+        q = f"max_over_time(ALERTS{sel}[{LOOKBACK}])"
+        assert prom.query(q) == [], f"{q} returned data: an alert fired for a healthy client"
+
+
+def test_duplicate_finding_names_the_idle_extra_socket(scenario_session) -> None:
+    """The Java producer's duplicate finding points at an idle socket, not the busy one."""
+    session = scenario_session
+    e = Expect("duplicate_connections", "dup-java-producer")
+    s = catalog.SCENARIOS["duplicate"]
+    _wait(session, s.expect_within_s + SLACK_S, lambda: bool(_fired(session, s, e)))
+    fired = _fired(session, s, e)
+    assert fired, _diagnostics(session, s)
+    evidence = fired[0].get("evidence") or {}
+    idle = [v for k, v in evidence.items() if "idle" in k and isinstance(v, int | float)]
+    assert idle and max(idle) >= session.detector.duplicate_idle_s, evidence
