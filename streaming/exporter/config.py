@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming.cli import ConfigError
+from streaming.cli import ConfigError, parse_pairs
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
 DEFAULT_TOPICS = {
@@ -40,16 +40,6 @@ def parse_listen(value: str) -> tuple[str, int]:
         raise ConfigError(f"listen: {value!r} is not host:port")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
-
-
-def parse_kv(items: list[str], setting: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{setting}: {item!r} is not KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def build(
@@ -114,7 +104,7 @@ def build(
         tls_key_file=tls_key_file,
         basic_auth_user=basic_auth_user,
         basic_auth_password=password,
-        kafka_config=parse_kv(kafka_config or [], "kafka-config"),
+        kafka_config=parse_pairs("kafka-config", kafka_config),
     )
 
 

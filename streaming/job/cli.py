@@ -9,13 +9,12 @@ import sys
 import time
 from typing import Any
 
-from streaming.cli import ConfigError
+from streaming.cli import ConfigError, parse_pairs
 from streaming.job.settings import (
     JobSettings,
     detector_config,
     from_sources,
     load_file,
-    parse_pairs,
 )
 
 log = logging.getLogger(__name__)

@@ -113,17 +113,6 @@ def parse_duration(name: str, text: str | float) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def parse_pairs(name: str, items: list[str] | None) -> dict[str, str]:
-    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{name}: {item!r} is not NAME=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def detector_config(base: DetectorConfig, changes: dict[str, Any], origin: str) -> DetectorConfig:
     """``base`` with thresholds changed; values are converted to the field's type."""
     types = {f.name: f.type for f in dataclasses.fields(DetectorConfig)}

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from streaming.cli import ConfigError
+from streaming.cli import ConfigError, parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive
 from streaming.stack.prometheus import PrometheusError, PrometheusServer
@@ -35,16 +35,6 @@ def _state_file() -> Path:
 def load_state() -> dict[str, Any] | None:
     f = _state_file()
     return json.loads(f.read_text()) if f.exists() else None
-
-
-def _parse_overrides(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--broker-config {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def default_rule_files() -> list[Path]:
@@ -144,7 +134,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.action == "up":
         state = stack_up(
             brokers=args.brokers,
-            overrides=_parse_overrides(args.broker_config),
+            overrides=parse_pairs("--broker-config", args.broker_config),
             kafka_port=args.kafka_port,
             prometheus_port=args.prometheus_port,
             scrape=args.scrape or None,

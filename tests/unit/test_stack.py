@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.cli import ConfigError, build_parser
+from streaming.cli import ConfigError, build_parser, parse_pairs
 from streaming.stack import artifacts
-from streaming.stack.cli import _parse_overrides
 from streaming.stack.kafka import KafkaCluster, KafkaStackError
 from streaming.stack.ports import free_port, port_in_use
 from streaming.stack.prometheus import render_config
@@ -26,12 +25,12 @@ def test_render_prometheus_config_lists_targets_and_rules(tmp_path):
 
 
 def test_broker_override_parsing():
-    assert _parse_overrides(["connections.max.idle.ms=5000", " a = b "]) == {
+    assert parse_pairs("--broker-config", ["connections.max.idle.ms=5000", " a = b "]) == {
         "connections.max.idle.ms": "5000",
         "a": "b",
     }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
-        _parse_overrides(["connections.max.idle.ms"])
+        parse_pairs("--broker-config", ["connections.max.idle.ms"])
 
 
 def test_cluster_size_is_checked():
