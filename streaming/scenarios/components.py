@@ -37,7 +37,12 @@ SCRAPE_S = 1.0
 # connmon's own processes get their component's name (default naming would say "streaming").
 APP_RULES = (
     {"match": r"--app (\S+)", "name": r"\1", "on": "cmdline"},
-    {"match": r"streaming\.cli (agent|job|exporter)\b", "name": r"connmon-\1", "on": "cmdline"},
+    # connmon's own processes: `python -m streaming agent` or the `connmon agent` script.
+    {
+        "match": r"(?:-m streaming|/connmon) (agent|job|exporter)\b",
+        "name": r"connmon-\1",
+        "on": "cmdline",
+    },
 )
 
 FINDING_METRIC = "connmon_finding_active"
