@@ -120,14 +120,7 @@ class Tracker:
         gen = self._gen
         sockets = self.sockets
         for t, rec in unchanged:
-            t.rec = rec
-            if rec.idle_ms is not None:
-                t.idle_s = rec.idle_ms / 1000.0
-                if rec.state not in CLOSING_STATES:
-                    t.open_idle_s, t.open_sample = t.idle_s, now
-            elif t.idle_s is not None:
-                t.idle_s += now - t.last_sample
-            t.last_sample_before, t.last_sample = t.last_sample, now
+            self._sample(t, rec, now)
             t.gen = gen
         for rec, meta in observations:
             key = (rec.src, rec.sport, rec.dst, rec.dport)
@@ -184,14 +177,7 @@ class Tracker:
         prev = t.rec.state
         if meta is not None and (meta.pid is not None or t.meta.pid is None):
             t.meta = meta
-        t.rec = rec
-        if rec.idle_ms is not None:
-            t.idle_s = rec.idle_ms / 1000.0
-            if rec.state not in CLOSING_STATES:
-                t.open_idle_s, t.open_sample = t.idle_s, now
-        elif t.idle_s is not None:
-            t.idle_s += now - t.last_sample  # TIME_WAIT has no tcp_info: keep counting
-        t.last_sample_before, t.last_sample = t.last_sample, now
+        self._sample(t, rec, now)
         if rec.state == prev:
             return
         t.state_since = self._entered(rec, now, t.last_sample_before)
@@ -204,6 +190,18 @@ class Tracker:
         events.append(self._fields(t, "transition", now, prev_state=TCP_STATES.get(prev)))
         if rec.state in FINAL_STATES and not t.closed_emitted:
             self._close(t, now, events)
+
+    @staticmethod
+    def _sample(t: Tracked, rec: SocketRecord, now: float) -> None:
+        """Take a scan's numbers: the new record, idle time and when it was sampled."""
+        t.rec = rec
+        if rec.idle_ms is not None:
+            t.idle_s = rec.idle_ms / 1000.0
+            if rec.state not in CLOSING_STATES:
+                t.open_idle_s, t.open_sample = t.idle_s, now
+        elif t.idle_s is not None:
+            t.idle_s += now - t.last_sample  # TIME_WAIT has no tcp_info: keep counting
+        t.last_sample_before, t.last_sample = t.last_sample, now
 
     @staticmethod
     def _entered(rec: SocketRecord, now: float, prev_sample: float | None) -> float:
