@@ -91,8 +91,8 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
 def to_aggregates(
     rows: Iterable[Mapping[str, Any]], window_s: float
 ) -> tuple[list[Aggregate], dict[tuple[str, str], float]]:
-    """Series aggregates, and host failed-connect rates keyed by (host, window_start).
-    Host rates are also attached to every series of that host and window."""
+    """Series aggregates, and host failed-connect rates keyed by (host, window_start). The
+    rates become host-level series of their own: they say nothing about any one pair."""
     series: list[Aggregate] = []
     host_rates: dict[tuple[str, str], float] = {}
     for row in rows:
@@ -102,6 +102,4 @@ def to_aggregates(
                 host_rates[(row["host"], iso(row["window_start_s"]))] = rate
         elif row.get("app") is not None and row.get("broker") is not None:
             series.append(to_aggregate(row, window_s))
-    for agg in series:
-        agg.host_attempt_fails_per_min = host_rates.get((agg.host, agg.window_start))
     return series, host_rates

@@ -60,7 +60,6 @@ class Tracker:
         self.history: dict[str, list[Aggregate]] = {}
         self.held: dict[str, dict[str, list[str]]] = {}  # series -> window_start -> kinds
         self.findings: dict[str, Finding] = {}
-        self.host_rates: dict[str, float] = {}  # "host|window_start" -> failed connects/min
         self.max_window_end: str | None = None
 
     # ---- state --------------------------------------------------------------------------
@@ -74,7 +73,6 @@ class Tracker:
             },
             "held": self.held,
             "findings": {k: f.to_dict() for k, f in self.findings.items()},
-            "host_rates": self.host_rates,
             "max_window_end": self.max_window_end,
         }
 
@@ -86,7 +84,6 @@ class Tracker:
         }
         self.held = state["held"]
         self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
-        self.host_rates = state["host_rates"]
         self.max_window_end = state["max_window_end"]
 
     # ---- processing ---------------------------------------------------------------------
@@ -94,15 +91,7 @@ class Tracker:
         self, aggregates: Iterable[Aggregate], host_rates: dict[tuple[str, str], float]
     ) -> Output:
         """One batch of updated windows -> aggregates and findings to publish, in order."""
-        for (host, start), rate in host_rates.items():
-            self.host_rates[f"{host}|{start}"] = rate
-        batch = list(aggregates)
-        for agg in batch:
-            if agg.host_attempt_fails_per_min is None:
-                agg.host_attempt_fails_per_min = self.host_rates.get(
-                    f"{agg.host}|{agg.window_start}"
-                )
-        batch += self._host_series(host_rates)
+        batch = list(aggregates) + self._host_series(host_rates)
         out = Output([], [])
         for agg in sorted(batch, key=lambda a: (a.window_start, a.series)):
             self._update(agg, out)
@@ -232,9 +221,6 @@ class Tracker:
             else:
                 del self.history[series]
                 self.held.pop(series, None)
-        self.host_rates = {
-            k: v for k, v in self.host_rates.items() if _epoch(k.split("|", 1)[1]) >= horizon
-        }
         # Resolved findings whose series is gone need no memory.
         self.findings = {
             k: f
