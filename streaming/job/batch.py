@@ -1,14 +1,18 @@
-"""The ``foreachBatch`` step: the few updated window rows -> detectors -> aggregates and
-findings published in order; detector state saved with the batch id."""
+"""The ``foreachBatch`` step of the job's one query: a decoded micro-batch -> partial window
+rows (one Spark aggregation) -> merged windows -> detectors -> aggregates and findings published
+in order; dead letters written when the batch has any; all state saved with the batch id."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from streaming.detectors.config import DetectorConfig
+from streaming.job import windows
+from streaming.job.partials import BatchResult, WindowState
 from streaming.job.records import to_aggregates
 from streaming.job.sinks import Sink
 from streaming.job.state_files import StateFiles
@@ -21,8 +25,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class BatchStats:
+    """What the status record needs from a processed batch."""
+
+    batch_id: int
+    watermark_s: float | None
+    max_event_s: float | None
+    dead_letter_total: int
+    late_events_total: int
+
+
 class BatchProcessor:
-    """Callable for ``writeStream.foreachBatch``."""
+    """Callable for ``writeStream.foreachBatch`` over ``parse.decode`` output."""
 
     def __init__(
         self,
@@ -32,6 +47,7 @@ class BatchProcessor:
         findings_topic: str,
         state: StateFiles,
         clock: Callable[[Aggregate], str],
+        write_dead_letters: Callable[[DataFrame, int], None],
         on_output: Callable[[Output], None] | None = None,
         latest_only: bool = True,
     ) -> None:
@@ -41,47 +57,83 @@ class BatchProcessor:
         self.findings_topic = findings_topic
         self.state = state
         self.clock = clock
+        self.write_dead_letters = write_dead_letters
         self.on_output = on_output
         self.latest_only = latest_only  # compacted topic: only a series' newest window matters
         self.tracker = Tracker(cfg, clock)
+        self.windows = self._new_windows()
         self.last_batch: int | None = None
+        self.stats: BatchStats | None = None
+
+    def _new_windows(self) -> WindowState:
+        return WindowState(self.cfg.window_s, self.cfg.watermark_s)
 
     def _restore(self, batch_id: int) -> None:
-        """Bring the tracker to the state right before ``batch_id`` (after a restart or a retry)."""
-        if self.last_batch is not None and self.last_batch == batch_id - 1:
-            return
+        """Bring the state to right before ``batch_id`` (after a restart or a retry)."""
+        if self.last_batch is None or self.last_batch != batch_id - 1:
+            self._reload(batch_id)
+        self.last_batch = None  # until this batch is done: a failure midway forces a reload
+
+    def _reload(self, batch_id: int) -> None:
         self.tracker = Tracker(self.cfg, self.clock)
+        self.windows = self._new_windows()
         saved = self.state.load_before(batch_id)
         if saved is not None:
-            self.tracker.load_state(saved[1])
+            self.tracker.load_state(saved[1]["tracker"])
+            self.windows.load_state(saved[1]["windows"])
             log.info("detector state restored from batch %d for batch %d", saved[0], batch_id)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
-        rows = [r.asDict(recursive=True) for r in df.collect()]
+        rows = [r.asDict() for r in windows.partials(df, self.cfg).collect()]
         t1 = time.perf_counter()
-        self.process_rows(rows, batch_id)
+        self._restore(batch_id)
+        result = self.windows.apply(rows)
+        if result.rejected:  # a second read of this batch, only when it holds bad records
+            self.write_dead_letters(df, batch_id)
+        t2 = time.perf_counter()
+        out = self._publish(result, batch_id)
         log.info(
-            "batch %d: %d window row(s), spark %.2fs, detectors+publish %.2fs",
+            "batch %d: %d partial row(s) -> %d window(s), %d dead letter(s), %d late; "
+            "spark %.2fs, dead letters %.2fs, detectors+publish %.2fs",
             batch_id,
             len(rows),
+            len(result.rows),
+            sum(result.rejected.values()),
+            result.late,
             t1 - t0,
-            time.perf_counter() - t1,
+            t2 - t1,
+            time.perf_counter() - t2,
         )
-
-    def process_rows(self, rows: list[dict], batch_id: int) -> Output:
-        self._restore(batch_id)
-        aggs, host_rates = to_aggregates(rows, self.cfg.window_s)
-        out = self.tracker.process(aggs, host_rates)
-        aggs = [(a.series, a) for a in out.aggregates]
-        if self.latest_only:
-            aggs = list({k: a for k, a in aggs}.items())
-        self.sink.publish(self.aggregates_topic, [(k, a.to_dict()) for k, a in aggs])
-        self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
-        self.state.save(batch_id, self.tracker.to_state())
-        self.last_batch = batch_id
-        if self.on_output is not None:
-            self.on_output(out)
         if out.findings:
             log.info("batch %d: %d finding record(s)", batch_id, len(out.findings))
+
+    def process_partials(self, rows: list[dict[str, Any]], batch_id: int) -> Output:
+        """The driver side of a batch from already collected partial rows (no dead letters)."""
+        self._restore(batch_id)
+        return self._publish(self.windows.apply(rows), batch_id)
+
+    def _publish(self, result: BatchResult, batch_id: int) -> Output:
+        aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
+        out = self.tracker.process(aggs, host_rates)
+        pairs = [(a.series, a) for a in out.aggregates]
+        if self.latest_only:
+            pairs = list({k: a for k, a in pairs}.items())
+        self.sink.publish(self.aggregates_topic, [(k, a.to_dict()) for k, a in pairs])
+        self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
+        state: dict[str, Any] = {
+            "tracker": self.tracker.to_state(),
+            "windows": self.windows.to_state(),
+        }
+        self.state.save(batch_id, state)
+        self.last_batch = batch_id
+        self.stats = BatchStats(
+            batch_id,
+            result.watermark_s,
+            result.max_event_s,
+            self.windows.dead_letter_total,
+            self.windows.late_total,
+        )
+        if self.on_output is not None:
+            self.on_output(out)
         return out

@@ -17,12 +17,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job import parse, windows
+from streaming.job import parse
 from streaming.job.batch import BatchProcessor
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import KafkaSink, MemorySink, Sink, dumps
 from streaming.job.state_files import StateFiles
-from streaming.job.status import DEADLETTER_METRIC, StatusListener
+from streaming.job.status import StatusListener
 from streaming.job.times import iso
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.status import JobStatus
@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-AGGREGATES_QUERY = "aggregates"
-DEADLETTER_QUERY = "deadletter"
+JOB_QUERY = "aggregates"  # the query name in job-status records and Spark's checkpoint
 
 
 # ---- sources -------------------------------------------------------------------------------
@@ -74,25 +73,28 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
 
 
 # ---- the shared transformations -----------------------------------------------------------
-@dataclass
-class Streams:
-    windows: DataFrame  # per (window, series) statistics, for foreachBatch in update mode
-    dead_letters: DataFrame  # key, value for the dead-letter topic
+def build(raw: DataFrame, max_age_s: float | None, max_future_s: float | None) -> DataFrame:
+    """Raw records (Kafka shape) -> decoded and validated rows. Everything else happens per
+    micro-batch in ``BatchProcessor``: one read of the topic serves windows and dead letters."""
+    return parse.decode(raw, max_age_s=max_age_s, max_future_s=max_future_s)
 
 
-def build(
-    raw: DataFrame,
-    cfg: DetectorConfig,
-    max_age_s: float | None,
-    max_future_s: float | None,
-) -> Streams:
-    """Raw records (Kafka shape) -> window statistics and dead letters."""
-    decoded = parse.decode(raw, max_age_s=max_age_s, max_future_s=max_future_s)
-    dead = parse.dead_letters(decoded).observe(DEADLETTER_METRIC, F.count(F.lit(1)).alias("rows"))
-    return Streams(
-        windows=windows.aggregate(parse.valid_events(decoded), cfg),
-        dead_letters=dead.select("key", "value"),
-    )
+def kafka_dead_letter_writer(s: JobSettings) -> Callable[[DataFrame, int], None]:
+    """Writes a decoded batch's rejected records to the dead-letter topic (key
+    ``partition:offset``, so a re-run batch writes the same keys again)."""
+
+    def write(df: DataFrame, _batch_id: int) -> None:
+        (
+            parse.dead_letters(df)
+            .select("key", "value")
+            .write.format("kafka")
+            .option("topic", s.deadletter_topic)
+            .option("kafka.bootstrap.servers", s.bootstrap_servers)
+            .options(**{f"kafka.{k}": v for k, v in s.kafka.items()})
+            .save()
+        )
+
+    return write
 
 
 # ---- the live job --------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def package_zip(dest_dir: str) -> str:
 
 
 def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) -> RunningJob:
-    """Start the aggregates and dead-letter queries and the status listener.
+    """Start the job's query (one read of the events topic) and the status listener.
     ``available_now``: process what the topic holds, then stop (benchmarks)."""
     temp_dirs: list[str] = []
     checkpoint = s.checkpoint
@@ -150,10 +152,6 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     def publish_status(st: JobStatus) -> None:
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
 
-    listener = StatusListener(s.job_id, publish_status, Path(checkpoint) / "status-totals.json")
-    spark.streams.addListener(listener)
-
-    streams = build(kafka_source(spark, s), s.detectors, s.max_event_age_s, s.max_event_future_s)
     processor = BatchProcessor(
         s.detectors,
         sink,
@@ -161,33 +159,26 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         s.findings_topic,
         StateFiles(checkpoint),
         clock=lambda _agg: iso(_now()),  # type: ignore[arg-type,return-value]
+        write_dead_letters=kafka_dead_letter_writer(s),
     )
+    listener = StatusListener(s.job_id, publish_status, lambda: processor.stats)
+    spark.streams.addListener(listener)
+    decoded = build(kafka_source(spark, s), s.max_event_age_s, s.max_event_future_s)
     trigger: dict[str, Any] = (
         {"availableNow": True}
         if available_now
         else {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
     )
-    dl_writer = (
-        streams.dead_letters.writeStream.format("kafka")
-        .queryName(DEADLETTER_QUERY)
-        .option("topic", s.deadletter_topic)
-        .option("kafka.bootstrap.servers", s.bootstrap_servers)
-        .options(**{f"kafka.{k}": v for k, v in s.kafka.items()})
-        .option("checkpointLocation", str(Path(checkpoint) / "deadletter"))
-        .trigger(**trigger)
-    )
-    agg_writer = (
-        streams.windows.writeStream.outputMode("update")
-        .queryName(AGGREGATES_QUERY)
+    writer = (
+        decoded.writeStream.queryName(JOB_QUERY)
         .foreachBatch(processor)
-        .option("checkpointLocation", str(Path(checkpoint) / "aggregates"))
+        .option("checkpointLocation", str(Path(checkpoint) / JOB_QUERY))
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
     job = RunningJob(spark, queries, listener, [sink, status_sink], temp_dirs)
     try:
-        queries.append(agg_writer.start())
-        queries.append(dl_writer.start())
+        queries.append(writer.start())
     except BaseException:
         job.stop()
         raise
@@ -221,7 +212,12 @@ def replay(
 
     work = tempfile.mkdtemp(prefix="connmon-replay-")
     try:
-        streams = build(file_source(spark, events), cfg, max_age_s, max_future_s)
+        dead: list[dict[str, Any]] = []
+
+        def keep_dead(df: DataFrame, _batch_id: int) -> None:
+            rows = parse.dead_letters(df).select("value").collect()
+            dead.extend(json.loads(r.value) for r in rows)
+
         sink = MemorySink()
         processor = BatchProcessor(
             cfg,
@@ -230,32 +226,19 @@ def replay(
             "findings",
             StateFiles(work),
             clock=_window_end,
+            write_dead_letters=keep_dead,
             latest_only=False,
         )
-        dead: list[dict[str, Any]] = []
-
-        def keep_dead(df: DataFrame, _batch_id: int) -> None:
-            dead.extend(json.loads(r.value) for r in df.select("value").collect())
-
-        q1 = (
-            streams.windows.writeStream.outputMode("update")
-            .foreachBatch(processor)
-            .option("checkpointLocation", f"{work}/aggregates")
+        q = (
+            build(file_source(spark, events), max_age_s, max_future_s)
+            .writeStream.foreachBatch(processor)
+            .option("checkpointLocation", f"{work}/{JOB_QUERY}")
             .trigger(availableNow=True)
             .start()
         )
-        q1.awaitTermination()
-        q2 = (
-            streams.dead_letters.writeStream.foreachBatch(keep_dead)
-            .option("checkpointLocation", f"{work}/deadletter")
-            .trigger(availableNow=True)
-            .start()
-        )
-        q2.awaitTermination()
-        for q in (q1, q2):
-            if q.exception() is not None:
-                raise RuntimeError(f"replay query failed: {q.exception()}")
-        # A recording ends: nothing newer will come, so every series' windows are complete.
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"replay query failed: {q.exception()}")
         return ReplayResult(
             findings=[v for _, v in sink.records.get("findings", [])],
             aggregates=[v for _, v in sink.records.get("aggregates", [])],

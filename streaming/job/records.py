@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from streaming.job.partials import SUMMARY_STATES, state_col
 from streaming.job.times import iso
-from streaming.job.windows import SUMMARY_STATES, state_col
 from streaming.schema.aggregates import Aggregate
 
 

@@ -1,65 +1,31 @@
 """Job status: a StreamingQueryListener in the driver publishes one ``connmon.job-status``
-record per micro-batch, with dead-letter and late-event totals kept next to the checkpoint."""
+record per micro-batch: Spark's progress (rates, duration) plus the batch processor's event
+time, watermark and cumulative dead-letter and late-event counts (checkpointed with its state)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from streaming.job.batch import BatchStats
 from streaming.job.times import epoch, iso
 from streaming.schema.status import JobStatus
 
 log = logging.getLogger(__name__)
 
-DEADLETTER_METRIC = "deadletter"  # name of the observe() metrics on the dead-letter query
 
-
-class Totals:
-    """Cumulative counters per query, counted once per batch id, saved as JSON."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.data: dict[str, Any] = {"dead_letter": 0, "late": 0, "batches": {}}
-        if path is not None and path.exists():
-            self.data = json.loads(path.read_text())
-
-    def add(self, query: str, batch_id: int, dead_letter: int, late: int) -> None:
-        seen = self.data["batches"].get(query, -1)
-        if batch_id <= seen:  # a re-run batch after a restart: already counted
-            return
-        self.data["batches"][query] = batch_id
-        self.data["dead_letter"] += dead_letter
-        self.data["late"] += late
-        if self.path is not None:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data))
-            os.replace(tmp, self.path)
-
-
-def status_from_progress(
-    p: Any, job_id: str, totals: Totals, last_event_time: str | None
-) -> JobStatus:
-    """One JobStatus from a StreamingQueryProgress (read as its JSON dict)."""
+def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobStatus:
+    """One JobStatus from a StreamingQueryProgress (read as its JSON dict) and the newest
+    processed batch's stats (None before the first batch)."""
     d = json.loads(p.json) if hasattr(p, "json") else p
-    observed = (d.get("observedMetrics") or {}).get(DEADLETTER_METRIC) or {}
-    late = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in d.get("stateOperators", []))
-    totals.add(d.get("name") or "", int(d["batchId"]), int(observed.get("rows") or 0), late)
-    event_time = d.get("eventTime") or {}
-    watermark = event_time.get("watermark")
     ts = d["timestamp"]
-    max_event = event_time.get("max")
-    delay = None
-    if watermark and not watermark.startswith("1970-01-01"):
-        delay = round(epoch(ts) - epoch(watermark), 3)
-    else:
-        watermark = None
+    watermark = stats.watermark_s if stats is not None else None
+    max_event = stats.max_event_s if stats is not None else None
     return JobStatus(
         job_id=job_id,
         query=d.get("name") or "",
@@ -69,29 +35,28 @@ def status_from_progress(
         input_rows_per_s=float(d.get("inputRowsPerSecond") or 0.0),
         processed_rows_per_s=float(d.get("processedRowsPerSecond") or 0.0),
         num_input_rows=int(d.get("numInputRows") or 0),
-        watermark=iso(epoch(watermark)) if watermark else None,
-        watermark_delay_s=delay,
-        dead_letter_total=int(totals.data["dead_letter"]),
-        late_events_total=int(totals.data["late"]),
-        last_event_time=iso(epoch(max_event)) if max_event else last_event_time,
+        watermark=iso(watermark) if watermark is not None else None,
+        watermark_delay_s=round(epoch(ts) - watermark, 3) if watermark is not None else None,
+        dead_letter_total=stats.dead_letter_total if stats is not None else 0,
+        late_events_total=stats.late_events_total if stats is not None else 0,
+        last_event_time=iso(max_event) if max_event is not None else None,
     )
 
 
 class StatusListener(StreamingQueryListener):
-    """Publishes a JobStatus per progress event of the job's queries."""
+    """Publishes a JobStatus per progress event of the job's query."""
 
     def __init__(
         self,
         job_id: str,
         publish: Callable[[JobStatus], None],
-        totals_path: Path | None,
-        queries: tuple[str, ...] = ("aggregates", "deadletter"),
+        stats: Callable[[], BatchStats | None],
+        queries: tuple[str, ...] = ("aggregates",),
     ) -> None:
         self.job_id = job_id
         self.publish = publish
-        self.totals = Totals(totals_path)
+        self.stats = stats
         self.queries = queries
-        self.last_event_time: str | None = None
         self.history: list[JobStatus] = []
         self._lock = threading.Lock()
 
@@ -103,10 +68,7 @@ class StatusListener(StreamingQueryListener):
             return
         try:
             with self._lock:
-                status = status_from_progress(
-                    event.progress, self.job_id, self.totals, self.last_event_time
-                )
-                self.last_event_time = status.last_event_time
+                status = status_from_progress(event.progress, self.job_id, self.stats())
                 self.history.append(status)
                 del self.history[:-100]
             self.publish(status)

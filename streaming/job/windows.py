@@ -1,9 +1,12 @@
-"""Event-time windows per series: one aggregation, built-in functions only.
+"""One micro-batch's events -> partial window rows: one aggregation of built-in functions.
 
 A series is (side, host, app, broker[, peer_host]); heartbeats carry no series and form a
 host-level group (side, app and broker null) whose counters give the host's failed connects.
-The output is the raw window frame; ``records.to_aggregates`` turns its (few) rows into the
-``connmon.aggregates`` contract.
+Every statistic is mergeable (``partials`` merges batches in the driver), and every aggregation
+buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
+(cluster, broker endpoint, the duplicate connection's 4-tuple) are grouping keys instead, and
+the merge folds their rows together. Rejected records form one group per reason (all other keys
+null), so one pass over the batch also counts the dead letters.
 """
 
 from __future__ import annotations
@@ -12,40 +15,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
-from streaming.schema.events import STATE_NAMES
-
-GROUP = ("side", "host", "app", "broker", "peer_host")
-# Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
-_STATE_DETAIL = {
-    "ESTABLISHED": (
-        "max_idle_s",
-        "processes",
-        "max_per_process",
-        "dup_processes",
-        "dup_max_idle_s",
-        "dup_conn",
-    ),
-    "CLOSE_WAIT": ("oldest_state_age_s",),
-}
-SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
-
-
-def state_col(state: str) -> str:
-    return f"st_{state.lower()}"
-
-
-def with_series(df: DataFrame) -> DataFrame:
-    """Add ``broker`` (id as a string, else the endpoint) and ``t`` (event time, epoch s)."""
-    return df.withColumn(
-        "broker", F.coalesce(F.col("broker_id").cast("string"), F.col("broker_endpoint"))
-    ).withColumn("t", F.unix_micros("ts") / F.lit(1e6))
+from streaming.job.partials import SERIES, SUMMARY_STATES, flat_col, state_fields
 
 
 def _count(cond: Column) -> Column:
     return F.sum(F.when(cond, 1).otherwise(0))
 
 
-def _aggregations(cfg: DetectorConfig) -> list[Column]:
+def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]:
     kind = F.col("kind")
     summary = kind == "summary"
     closed = kind == "closed"
@@ -53,25 +30,28 @@ def _aggregations(cfg: DetectorConfig) -> list[Column]:
     closed_by = F.coalesce(F.col("closed_by"), F.lit("unknown"))
     idle_close = closed & (F.col("idle_at_close_s") >= F.lit(cfg.idle_churn_min_idle_s))
     aggs: list[Column] = [
-        F.max("ts").alias("last_event_time"),
-        F.max("cluster").alias("cluster"),
+        F.count(F.lit(1)).alias("events"),
+        F.max(t).alias("last_event_s"),
         F.max("broker_id").alias("broker_id"),
-        F.max("broker_endpoint").alias("broker_endpoint"),
-        F.max(F.when(summary, F.col("t"))).alias("summary_last_t"),
+        F.max(F.when(summary, t)).alias("summary_last_t"),
         F.max(F.when(summary, F.col("interval_s"))).alias("summary_interval_s"),
     ]
     for state in SUMMARY_STATES:
         is_state = summary & (F.col("state") == state)
-        fields = ("t", "count") + _STATE_DETAIL.get(state, ())
-        latest = F.max_by(
-            F.when(is_state, F.struct(*[F.col(f) for f in fields])), F.when(is_state, F.col("t"))
-        )
-        aggs.append(latest.alias(state_col(state)))
+        latest_t = F.when(is_state, t)
+        for name in state_fields(state):
+            if name == "dup_conn":  # a string: a grouping key, see the module docstring
+                continue
+            value = t if name == "t" else F.col(name)
+            aggs.append(F.max_by(F.when(is_state, value), latest_t).alias(flat_col(state, name)))
     cw = summary & (F.col("state") == "CLOSE_WAIT")
-    cw_t, cw_n = F.when(cw, F.col("t")), F.when(cw, F.col("count").cast("double"))
+    cw_n = F.col("count").cast("double")
     aggs += [
-        F.covar_pop(cw_t, cw_n).alias("cw_covar"),
-        F.var_pop(cw_t).alias("cw_var"),
+        _count(cw).alias("cw_n"),
+        F.sum(F.when(cw, t_rel)).alias("cw_st"),
+        F.sum(F.when(cw, cw_n)).alias("cw_sn"),
+        F.sum(F.when(cw, t_rel * t_rel)).alias("cw_stt"),
+        F.sum(F.when(cw, t_rel * cw_n)).alias("cw_stn"),
         _count(
             (kind == "opened") & (F.coalesce(F.col("open_reason"), F.lit("new")) == "new")
         ).alias("opens"),
@@ -85,34 +65,37 @@ def _aggregations(cfg: DetectorConfig) -> list[Column]:
         _count(closed & (F.col("lifetime_s") < F.lit(cfg.storm_short_lived_s))).alias(
             "short_lived"
         ),
-        F.avg(F.when(closed, F.col("lifetime_s"))).alias("lifetime_avg_s"),
+        F.sum(F.when(closed, F.col("lifetime_s"))).alias("lifetime_sum_s"),
+        F.count(F.when(closed, F.col("lifetime_s"))).alias("lifetime_n"),
         F.max(F.when(closed, F.col("lifetime_s"))).alias("lifetime_max_s"),
-        F.min_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, F.col("t"))).alias(
-            "hb_fails_first"
-        ),
-        F.max_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, F.col("t"))).alias(
-            "hb_fails_last"
-        ),
-        F.min(F.when(hb, F.col("t"))).alias("hb_t_first"),
-        F.max(F.when(hb, F.col("t"))).alias("hb_t_last"),
+        F.min_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, t)).alias("hb_fails_first"),
+        F.max_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, t)).alias("hb_fails_last"),
+        F.min(F.when(hb, t)).alias("hb_t_first"),
+        F.max(F.when(hb, t)).alias("hb_t_last"),
     ]
     return aggs
 
 
-def aggregate(events: DataFrame, cfg: DetectorConfig) -> DataFrame:
-    """Valid events -> one row per (window, series) with the raw window statistics.
-    Works on streaming frames (watermark on ``ts``) and on static frames alike."""
-    window = F.window("ts", f"{int(cfg.window_s * 1000)} milliseconds")
-    df = with_series(events)
-    if df.isStreaming:
-        df = df.withWatermark("ts", f"{int(cfg.watermark_s * 1000)} milliseconds")
-    out = df.groupBy(window.alias("window"), *GROUP).agg(*_aggregations(cfg))
-    slope = F.try_divide(F.col("cw_covar"), F.col("cw_var"))
-    # Epoch seconds, not timestamps: collect() would turn those into naive local-time values.
-    return (
-        out.withColumn("close_wait_slope_per_s", slope)
-        .withColumn("window_start_s", F.unix_micros("window.start") / F.lit(1e6))
-        .withColumn("window_end_s", F.unix_micros("window.end") / F.lit(1e6))
-        .withColumn("last_event_s", F.unix_micros("last_event_time") / F.lit(1e6))
-        .drop("cw_covar", "cw_var", "window", "last_event_time")
+def partials(decoded: DataFrame, cfg: DetectorConfig) -> DataFrame:
+    """``parse.decode`` output (a static frame: one micro-batch) -> one partial row per
+    (window, series, string values) for valid events, and one per reason for rejected ones.
+    Times are epoch seconds (``collect()`` would turn timestamps into naive local times)."""
+    valid = F.col("reason").isNull()
+    micros = F.unix_micros("ts")
+    width = F.lit(int(cfg.window_s * 1_000_000))
+    start_us = micros - F.pmod(micros, width)
+    t = micros / F.lit(1e6)
+    t_rel = (micros - start_us) / F.lit(1e6)
+    broker = F.coalesce(F.col("broker_id").cast("string"), F.col("broker_endpoint"))
+    dup_conn = F.when(
+        (F.col("kind") == "summary") & (F.col("state") == "ESTABLISHED"), F.col("dup_conn")
     )
+    keys = [
+        F.when(valid, start_us / F.lit(1e6)).alias("window_start_s"),
+        *[F.when(valid, broker if k == "broker" else F.col(k)).alias(k) for k in SERIES],
+        F.when(valid, F.col("cluster")).alias("cluster"),
+        F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
+        F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
+        F.col("reason"),
+    ]
+    return decoded.groupBy(*keys).agg(*_aggregations(cfg, t, t_rel))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import parse, windows
+from streaming.job.partials import WindowState, window_key
 from streaming.job.pipeline import replay
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
@@ -71,32 +73,84 @@ def test_valid_events_pass_and_old_events_are_out_of_range(spark):
     assert {r.reason for r in old.select("reason").distinct().collect()} <= {"time_out_of_range"}
 
 
+def _window_rows(spark, lines: list[str], batches: int = 1) -> list[dict]:
+    """Finished window rows after the lines went through ``batches`` micro-batches (every
+    ``batches``-th line in each, so each window gets partial rows from every batch)."""
+    cfg = DetectorConfig()
+    state = WindowState(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
+    rows: dict[str, dict] = {}
+    for b in range(batches):
+        decoded = parse.decode(_raw(spark, lines[b::batches]), None, None)
+        parts = [r.asDict() for r in windows.partials(decoded, cfg).collect()]
+        rows.update({window_key(r): r for r in state.apply(parts).rows})
+    return sorted(rows.values(), key=lambda r: (r["window_start_s"], window_key(r)))
+
+
 def test_window_aggregates_of_a_close_wait_leak(spark):
     lines = [json.dumps(e) for e in gen.close_wait_leak(gen.RECORDED_START, duration_s=250)]
-    events = parse.valid_events(parse.decode(_raw(spark, lines), None, None))
-    out = windows.aggregate(events, DetectorConfig()).where("side = 'client' AND broker = '2'")
-    got = out.selectExpr(
-        f"window_start_s - {gen.RECORDED_START} AS t",
-        "opens",
-        "closes_peer",
-        "st_close_wait.count AS close_wait",
-        "st_close_wait.oldest_state_age_s AS cw_age",
-        "st_established.count AS established",
-    )
+    got = [
+        (
+            r["window_start_s"] - gen.RECORDED_START,
+            r["opens"],
+            r["closes_peer"],
+            (r["st_close_wait"] or {}).get("count"),
+            (r["st_close_wait"] or {}).get("oldest_state_age_s"),
+            r["st_established"]["count"],
+        )
+        for r in _window_rows(spark, lines)
+        if r["side"] == "client" and r["broker"] == "2"
+    ]
     # Broker 2's connection is reaped by the broker every 120 s: the socket stays in
     # CLOSE_WAIT (a transition, not a close) and the app opens a new one. Summaries every 10 s;
     # each window keeps its latest one per state.
-    expected = spark.createDataFrame(
-        [
-            (0.0, 1, 0, None, None, 1),
-            (60.0, 0, 0, None, None, 1),
-            (120.0, 1, 0, 1, 50.0, 1),  # CLOSE_WAIT since 120 s, last tick 170 s
-            (180.0, 0, 0, 1, 110.0, 1),
-            (240.0, 1, 0, 2, 130.0, 1),  # a second one at 240 s; oldest 250 - 120
-        ],
-        "t double, opens long, closes_peer long, close_wait long, cw_age double, established long",
-    )
-    assertDataFrameEqual(got, expected)
+    assert got == [
+        (0.0, 1, 0, None, None, 1),
+        (60.0, 0, 0, None, None, 1),
+        (120.0, 1, 0, 1, 50.0, 1),  # CLOSE_WAIT since 120 s, last tick 170 s
+        (180.0, 0, 0, 1, 110.0, 1),
+        (240.0, 1, 0, 2, 130.0, 1),  # a second one at 240 s; oldest 250 - 120
+    ]
+
+
+def test_partials_from_several_batches_merge_to_the_single_batch_windows(spark):
+    lines = []
+    for name in ("close_wait_leak", "duplicate_bootstrap", "idle_churn"):
+        lines += (FIXTURES / f"{name}.jsonl").read_text().splitlines()
+    one = _window_rows(spark, lines)
+    three = _window_rows(spark, lines, batches=3)
+    assert len(one) > 50 and [window_key(r) for r in one] == [window_key(r) for r in three]
+    for a, b in zip(one, three, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            if isinstance(a[k], float) and isinstance(b[k], float):
+                assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-9), k
+            else:
+                assert a[k] == b[k], (window_key(a), k)
+
+
+def test_close_wait_slope_matches_a_least_squares_fit(spark):
+    leak = gen.close_wait_leak(gen.RECORDED_START, duration_s=250)
+    proto = next(e for e in leak if e["kind"] == "summary" and e["state"] == "CLOSE_WAIT")
+    start = gen.RECORDED_START - gen.RECORDED_START % 60 + 600  # a window of its own
+    points = [(3.0, 1), (11.5, 1), (20.0, 2), (33.0, 4), (41.0, 4), (57.5, 7)]
+    lines = [
+        json.dumps({**proto, "host": "slope-1", "event_time": gen.iso(start + t), "count": n})
+        for t, n in points
+    ]
+    (row,) = [r for r in _window_rows(spark, lines) if r["host"] == "slope-1"]
+    fit = statistics.linear_regression([t for t, _ in points], [float(n) for _, n in points])
+    assert row["close_wait_slope_per_s"] == pytest.approx(fit.slope, rel=1e-9)
+    assert row["st_close_wait"]["count"] == 7
+
+
+def test_the_window_aggregation_is_a_code_generated_hash_aggregate(spark):
+    # SortAggregate (string or struct buffers) cost about a third more per batch; see
+    # benchmarks/job/README.md. A new aggregate with a non-fixed-width buffer brings it back.
+    lines = (FIXTURES / "healthy.jsonl").read_text().splitlines()
+    df = windows.partials(parse.decode(_raw(spark, lines), None, None), DetectorConfig())
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "HashAggregate" in plan
+    assert "SortAggregate" not in plan and "ObjectHashAggregate" not in plan
 
 
 def test_replay_close_wait_leak_gives_a_finding_with_evidence(spark):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from streaming.job.batch import BatchStats
 from streaming.job.state_files import StateFiles
-from streaming.job.status import Totals, status_from_progress
+from streaming.job.status import status_from_progress
+from streaming.job.times import epoch
 
 
 def test_state_files_load_the_newest_before_a_batch(tmp_path):
@@ -16,8 +18,8 @@ def test_state_files_load_the_newest_before_a_batch(tmp_path):
     assert sorted(p.name for p in sf.dir.iterdir()) == ["3.json", "4.json", "5.json"]
 
 
-def _progress(batch: int, name: str = "aggregates", dropped: int = 0, dead: int | None = None):
-    p = {
+def _progress(batch: int, name: str = "aggregates") -> dict:
+    return {
         "name": name,
         "batchId": batch,
         "timestamp": "2026-11-21T05:01:02.120Z",
@@ -25,19 +27,18 @@ def _progress(batch: int, name: str = "aggregates", dropped: int = 0, dead: int 
         "numInputRows": 2400,
         "inputRowsPerSecond": 1200.5,
         "processedRowsPerSecond": 2400.1,
-        "eventTime": {"watermark": "2026-11-21T04:59:00.000Z", "max": "2026-11-21T05:01:01.900Z"},
-        "stateOperators": [{"numRowsDroppedByWatermark": dropped}],
     }
-    if dead is not None:
-        p["observedMetrics"] = {"deadletter": {"rows": dead}}
-        p.pop("eventTime")
-        p["stateOperators"] = []
-    return p
 
 
-def test_status_record_matches_the_contract_example(tmp_path):
-    totals = Totals(tmp_path / "totals.json")
-    st = status_from_progress(_progress(42, dropped=0), "connmon-job", totals, None).to_dict()
+def test_status_record_matches_the_contract_example():
+    stats = BatchStats(
+        batch_id=42,
+        watermark_s=epoch("2026-11-21T04:59:00.000Z"),
+        max_event_s=epoch("2026-11-21T05:01:01.900Z"),
+        dead_letter_total=3,
+        late_events_total=0,
+    )
+    st = status_from_progress(_progress(42), "connmon-job", stats).to_dict()
     assert st == {
         "schema": 1,
         "job_id": "connmon-job",
@@ -50,18 +51,13 @@ def test_status_record_matches_the_contract_example(tmp_path):
         "num_input_rows": 2400,
         "watermark": "2026-11-21T04:59:00.000Z",
         "watermark_delay_s": 122.12,
-        "dead_letter_total": 0,
+        "dead_letter_total": 3,
         "late_events_total": 0,
         "last_event_time": "2026-11-21T05:01:01.900Z",
     }
 
 
-def test_totals_are_cumulative_counted_once_per_batch_and_survive_restart(tmp_path):
-    path = tmp_path / "totals.json"
-    totals = Totals(path)
-    status_from_progress(_progress(1, dropped=2), "j", totals, None)
-    status_from_progress(_progress(1, "deadletter", dead=3), "j", totals, None)
-    status_from_progress(_progress(1, dropped=2), "j", totals, None)  # re-run after restart
-    again = Totals(path)
-    st = status_from_progress(_progress(2, dropped=1), "j", again, "x")
-    assert (st.dead_letter_total, st.late_events_total) == (3, 3)
+def test_status_before_the_first_batch_has_no_watermark():
+    st = status_from_progress(_progress(0), "j", None)
+    assert (st.watermark, st.watermark_delay_s, st.last_event_time) == (None, None, None)
+    assert (st.dead_letter_total, st.late_events_total) == (0, 0)

@@ -1,0 +1,248 @@
+"""Window statistics merged across micro-batches, outside Spark's state store.
+
+Each micro-batch aggregates its own events into *partial* rows per (window, series) with
+mergeable statistics only (sums, minima, maxima, values taken at the latest event time). This
+module merges them into the open windows, applies the event-time watermark, counts late and
+rejected events, and turns a window into the finished row that ``records`` reads. Pure Python:
+its state is a JSON document saved with the detector state per batch id, so the job reads the
+topic once (one query) and a restart re-runs a batch from the same state.
+
+Watermark: the newest event time seen in earlier batches minus ``watermark_s``. An event is late
+when its window ended at or before the watermark (the window was closed and evicted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streaming.schema.events import STATE_NAMES
+
+# Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
+STATE_DETAIL = {
+    "ESTABLISHED": (
+        "max_idle_s",
+        "processes",
+        "max_per_process",
+        "dup_processes",
+        "dup_max_idle_s",
+        "dup_conn",
+    ),
+    "CLOSE_WAIT": ("oldest_state_age_s",),
+}
+SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
+SERIES = ("side", "host", "app", "broker", "peer_host")
+
+MAX_FIELDS = (
+    "last_event_s",
+    "broker_id",
+    "cluster",
+    "broker_endpoint",
+    "summary_last_t",
+    "summary_interval_s",
+    "idle_at_close_max_s",
+    "lifetime_max_s",
+    "hb_t_last",
+)
+MIN_FIELDS = ("hb_t_first",)
+SUM_FIELDS = (
+    "events",
+    "opens",
+    "closes_local",
+    "closes_peer",
+    "closes_unknown",
+    "closes_after_idle",
+    "closes_after_idle_local",
+    "closes_after_idle_peer",
+    "short_lived",
+    "lifetime_sum_s",
+    "lifetime_n",
+    # CLOSE_WAIT summaries: n, sums of t, count, t*t and t*count (t relative to window start)
+    "cw_n",
+    "cw_st",
+    "cw_sn",
+    "cw_stt",
+    "cw_stn",
+)
+# Values taken from the event with the newest (or oldest) time: (field, time field, newest?)
+HB_BY_TIME = (("hb_fails_first", "hb_t_first", False), ("hb_fails_last", "hb_t_last", True))
+
+
+def state_col(state: str) -> str:
+    """Name of a state's latest-summary dict in a finished row."""
+    return f"st_{state.lower()}"
+
+
+def state_fields(state: str) -> tuple[str, ...]:
+    return ("t", "count") + STATE_DETAIL.get(state, ())
+
+
+def flat_col(state: str, name: str) -> str:
+    """Name of one latest-summary field in a partial row."""
+    return f"{state_col(state)}__{name}"
+
+
+def _max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _min(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _rank(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Total order on equal-time candidates, so merging is deterministic."""
+    return tuple((v is not None, v if v is not None else 0) for v in values)
+
+
+def merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
+    """Merge partial ``part`` into ``into`` (same window and series), in place."""
+    for f in MAX_FIELDS:
+        into[f] = _max(into.get(f), part.get(f))
+    for f in MIN_FIELDS:
+        into[f] = _min(into.get(f), part.get(f))
+    for f in SUM_FIELDS:
+        into[f] = (into.get(f) or 0) + (part.get(f) or 0)
+    for state in SUMMARY_STATES:
+        cols = [flat_col(state, n) for n in state_fields(state)]
+        mine = tuple(into.get(c) for c in cols)
+        theirs = tuple(part.get(c) for c in cols)
+        if theirs[0] is None:
+            continue
+        if mine[0] is None or (theirs[0], _rank(theirs)) > (mine[0], _rank(mine)):
+            into.update(zip(cols, theirs, strict=True))
+    for f, t, newest in HB_BY_TIME:
+        mine_t, theirs_t = into.get(f"_{f}_t"), part.get(t)
+        if theirs_t is None:
+            continue
+        better = (
+            mine_t is None
+            or (theirs_t > mine_t if newest else theirs_t < mine_t)
+            or (theirs_t == mine_t and _rank((part.get(f),)) > _rank((into.get(f),)))
+        )
+        if better:
+            into[f], into[f"_{f}_t"] = part.get(f), theirs_t
+
+
+def new_window(part: Mapping[str, Any]) -> dict[str, Any]:
+    """An open window started from its first partial row."""
+    w: dict[str, Any] = {k: part.get(k) for k in ("window_start_s", *SERIES)}
+    merge(w, part)
+    return w
+
+
+def _slope(w: Mapping[str, Any]) -> float | None:
+    """``covar_pop(t, count) / var_pop(t)`` over the window's CLOSE_WAIT summaries."""
+    n = w.get("cw_n") or 0
+    if n < 2:
+        return None
+    mt, mc = w["cw_st"] / n, w["cw_sn"] / n
+    var = w["cw_stt"] / n - mt * mt
+    if var <= 1e-9:  # all at one instant (t is relative to the window start, so no cancellation)
+        return None
+    return (w["cw_stn"] / n - mt * mc) / var
+
+
+def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
+    """An open window as the row ``records.to_aggregate`` reads."""
+    row: dict[str, Any] = {k: w.get(k) for k in (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS)}
+    row["window_start_s"] = w["window_start_s"]
+    row["window_end_s"] = w["window_start_s"] + window_s
+    for f, _t, _newest in HB_BY_TIME:
+        row[f] = w.get(f)
+    for state in SUMMARY_STATES:
+        names = state_fields(state)
+        values = {n: w.get(flat_col(state, n)) for n in names}
+        row[state_col(state)] = values if values["t"] is not None else None
+    row["close_wait_slope_per_s"] = _slope(w)
+    n = w.get("lifetime_n") or 0
+    row["lifetime_avg_s"] = w["lifetime_sum_s"] / n if n else None
+    return row
+
+
+def window_key(part: Mapping[str, Any]) -> str:
+    """JSON-safe key of a (window, series)."""
+    return "|".join(
+        "" if part.get(k) is None else str(part.get(k)) for k in ("window_start_s", *SERIES)
+    )
+
+
+@dataclass
+class BatchResult:
+    rows: list[dict[str, Any]]  # finished rows of the windows this batch updated
+    late: int  # events of this batch whose window had closed
+    rejected: dict[str, int]  # dead-letter reason -> records of this batch
+    watermark_s: float | None  # watermark in effect for this batch
+    max_event_s: float | None  # newest event time seen so far
+
+
+@dataclass
+class WindowState:
+    """The open windows, the newest event time and the job's cumulative bad-input counts."""
+
+    window_s: float
+    watermark_s: float
+    open: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_event_s: float | None = None
+    late_total: int = 0
+    dead_letter_total: int = 0
+
+    def watermark(self) -> float | None:
+        return None if self.max_event_s is None else self.max_event_s - self.watermark_s
+
+    def apply(self, partials: Iterable[Mapping[str, Any]]) -> BatchResult:
+        """Merge one batch's partial rows; evict the windows the new watermark closes."""
+        wm = self.watermark()
+        touched: dict[str, None] = {}  # insertion-ordered set
+        late = 0
+        rejected: dict[str, int] = {}
+        newest = self.max_event_s
+        for part in partials:
+            events = int(part.get("events") or 0)
+            if part.get("reason") is not None:
+                rejected[part["reason"]] = rejected.get(part["reason"], 0) + events
+                continue
+            if wm is not None and part["window_start_s"] + self.window_s <= wm:
+                late += events
+                continue
+            newest = _max(newest, part.get("last_event_s"))
+            key = window_key(part)
+            w = self.open.get(key)
+            if w is None:
+                self.open[key] = new_window(part)
+            else:
+                merge(w, part)
+            touched[key] = None
+        rows = [finish(self.open[k], self.window_s) for k in touched]
+        self.max_event_s = newest
+        self.late_total += late
+        self.dead_letter_total += sum(rejected.values())
+        new_wm = self.watermark()
+        if new_wm is not None:
+            self.open = {
+                k: w for k, w in self.open.items() if w["window_start_s"] + self.window_s > new_wm
+            }
+        rows.sort(key=lambda r: (r["window_start_s"], window_key(r)))
+        return BatchResult(rows, late, rejected, wm, self.max_event_s)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "window_s": self.window_s,
+            "open": list(self.open.values()),
+            "max_event_s": self.max_event_s,
+            "late_total": self.late_total,
+            "dead_letter_total": self.dead_letter_total,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        if not math.isclose(state["window_s"], self.window_s):
+            raise ValueError(
+                f"detectors.window_s: the checkpoint has {state['window_s']} s windows, the "
+                f"config {self.window_s} s; use a new checkpoint to change it"
+            )
+        self.open = {window_key(w): w for w in state["open"]}
+        self.max_event_s = state["max_event_s"]
+        self.late_total = state["late_total"]
+        self.dead_letter_total = state["dead_letter_total"]

@@ -1,0 +1,152 @@
+"""Merging per-batch partial window rows: statistics, watermark, late and rejected counts, and
+the batch processor's restart behaviour (no Spark: partial rows are written by hand)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streaming.detectors.config import DetectorConfig
+from streaming.job.batch import BatchProcessor
+from streaming.job.partials import WindowState, flat_col
+from streaming.job.sinks import MemorySink
+from streaming.job.state_files import StateFiles
+
+T0 = 1_795_000_000.0  # a window start (a multiple of 60)
+
+
+def part(start: float = T0, host: str = "app-1", **fields) -> dict:
+    row = {
+        "window_start_s": start,
+        "side": "client",
+        "host": host,
+        "app": "orders",
+        "broker": "1",
+        "peer_host": None,
+        "reason": None,
+        "events": 1,
+        "last_event_s": start + 1,
+    }
+    row.update(fields)
+    return row
+
+
+def cw(t: float, count: int, age: float) -> dict:
+    return {
+        flat_col("CLOSE_WAIT", "t"): t,
+        flat_col("CLOSE_WAIT", "count"): count,
+        flat_col("CLOSE_WAIT", "oldest_state_age_s"): age,
+        "summary_last_t": t,
+        "summary_interval_s": 10.0,
+    }
+
+
+def test_merge_adds_counts_and_keeps_extremes_and_the_newest_summary():
+    ws = WindowState(60.0, 120.0)
+    a = part(events=5, opens=2, lifetime_sum_s=10.0, lifetime_n=2, lifetime_max_s=7.0,
+             hb_t_first=T0 + 5, hb_fails_first=10, hb_t_last=T0 + 5, hb_fails_last=10,
+             **cw(T0 + 30, 3, 100.0))  # fmt: skip
+    b = part(events=4, opens=1, lifetime_sum_s=2.0, lifetime_n=2, lifetime_max_s=1.5,
+             hb_t_first=T0 + 2, hb_fails_first=8, hb_t_last=T0 + 50, hb_fails_last=20,
+             last_event_s=T0 + 55, **cw(T0 + 20, 9, 500.0))  # fmt: skip
+    (row,) = ws.apply([a, b]).rows
+    assert (row["events"], row["opens"], row["lifetime_max_s"]) == (9, 3, 7.0)
+    assert row["lifetime_avg_s"] == 3.0  # (10 + 2) / 4
+    assert row["st_close_wait"] == {"t": T0 + 30, "count": 3, "oldest_state_age_s": 100.0}
+    assert (row["hb_fails_first"], row["hb_fails_last"]) == (8, 20)
+    assert (row["window_end_s"], row["last_event_s"]) == (T0 + 60, T0 + 55)
+
+
+def test_the_duplicate_connection_comes_from_the_newest_established_summary():
+    ws = WindowState(60.0, 120.0)
+    est = lambda t, conn: {  # noqa: E731
+        flat_col("ESTABLISHED", "t"): t,
+        flat_col("ESTABLISHED", "count"): 2,
+        flat_col("ESTABLISHED", "dup_conn"): conn,
+    }
+    (row,) = ws.apply([part(**est(T0 + 40, "a->b")), part(**est(T0 + 10, None))]).rows
+    assert row["st_established"]["dup_conn"] == "a->b"
+    (row,) = ws.apply([part(**est(T0 + 50, None))]).rows
+    assert row["st_established"]["dup_conn"] is None
+
+
+def test_events_of_a_closed_window_are_late_and_counted():
+    ws = WindowState(60.0, 120.0)
+    first = ws.apply([part(T0 + 600, last_event_s=T0 + 650)])
+    assert first.watermark_s is None and first.late == 0
+    second = ws.apply(
+        [
+            part(T0 + 420, events=7),  # ends at T0 + 480 <= watermark T0 + 530: late
+            part(T0 + 480, events=2),  # ends at T0 + 540: still open
+        ]
+    )
+    assert second.watermark_s == T0 + 530
+    assert second.late == 7 and ws.late_total == 7
+    assert [r["window_start_s"] for r in second.rows] == [T0 + 480]
+
+
+def test_windows_closed_by_the_new_watermark_are_evicted():
+    ws = WindowState(60.0, 120.0)
+    ws.apply([part(T0), part(T0 + 60)])
+    assert len(ws.open) == 2
+    ws.apply([part(T0 + 240, last_event_s=T0 + 250)])  # watermark T0 + 130
+    assert sorted(w["window_start_s"] for w in ws.open.values()) == [T0 + 240]
+
+
+def test_rejected_rows_are_counted_by_reason_and_never_become_windows():
+    ws = WindowState(60.0, 120.0)
+    bad = {**{k: None for k in part()}, "reason": "malformed_json", "events": 3}
+    result = ws.apply([bad, {**bad, "reason": "invalid_value", "events": 1}, part()])
+    assert result.rejected == {"malformed_json": 3, "invalid_value": 1}
+    assert ws.dead_letter_total == 4 and len(result.rows) == 1
+
+
+def test_state_round_trips_through_json():
+    ws = WindowState(60.0, 120.0)
+    ws.apply([part(**cw(T0 + 5, 1, 5.0)), part(host="app-2")])
+    again = WindowState(60.0, 120.0)
+    again.load_state(json.loads(json.dumps(ws.to_state())))
+    more = [part(**cw(T0 + 15, 2, 15.0))]
+    assert again.apply(more).rows == ws.apply(more).rows
+
+
+def test_a_checkpoint_with_other_windows_is_refused_by_setting_name():
+    state = WindowState(60.0, 120.0).to_state()
+    with pytest.raises(ValueError, match="detectors.window_s"):
+        WindowState(30.0, 120.0).load_state(state)
+
+
+def _processor(tmp_path, sink: MemorySink) -> BatchProcessor:
+    return BatchProcessor(
+        DetectorConfig(),
+        sink,
+        "aggregates",
+        "findings",
+        StateFiles(tmp_path),
+        clock=lambda a: a.window_end,
+        write_dead_letters=lambda df, batch: None,
+    )
+
+
+def test_a_batch_re_run_after_a_crash_publishes_the_same_and_counts_once(tmp_path):
+    batches = [
+        [part(T0, **cw(T0 + 10, 2, 200.0))],
+        [part(T0 + 60, **cw(T0 + 70, 3, 260.0)), part(T0 - 600, events=4)],  # 4 late
+        [part(T0 + 120, **cw(T0 + 130, 4, 320.0))],
+    ]
+    uninterrupted = MemorySink()
+    p = _processor(tmp_path / "a", uninterrupted)
+    for i, rows in enumerate(batches):
+        p.process_partials(rows, i)
+    # crash after batch 1 was processed but before Spark committed it: it runs again
+    crashed = MemorySink()
+    q = _processor(tmp_path / "b", crashed)
+    q.process_partials(batches[0], 0)
+    q.process_partials(batches[1], 1)
+    restarted = _processor(tmp_path / "b", crashed)
+    for i in (1, 2):
+        restarted.process_partials(batches[i], i)
+    assert restarted.stats == p.stats and p.stats.late_events_total == 4
+    assert dict(crashed.records["findings"]) == dict(uninterrupted.records["findings"])
+    assert any(v["kind"] == "close_wait_buildup" for _, v in uninterrupted.records["findings"])
