@@ -1,6 +1,11 @@
-"""The ``foreachBatch`` step of the job's one query: a decoded micro-batch -> partial window
-rows (one Spark aggregation) -> merged windows -> detectors -> aggregates and findings published
-in order; dead letters written when the batch has any; all state saved with the batch id."""
+"""The ``foreachBatch`` step of the job's one query: a micro-batch of raw records -> decoded ->
+partial window rows (one Spark aggregation) -> merged windows -> detectors -> aggregates and
+findings published in order; dead letters written when the batch has any; all state saved with
+the batch id.
+
+Decoding happens here, not on the stream: Spark hands ``foreachBatch`` its batch as an already
+computed RDD, so columns computed before it are computed in full for every row and every action
+on the batch (measured: a third slower per batch, see benchmarks/job/README.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job import windows
+from streaming.job import parse, windows
 from streaming.job.partials import BatchResult, WindowState
 from streaming.job.records import to_aggregates
 from streaming.job.sinks import Sink
@@ -37,7 +42,7 @@ class BatchStats:
 
 
 class BatchProcessor:
-    """Callable for ``writeStream.foreachBatch`` over ``parse.decode`` output."""
+    """Callable for ``writeStream.foreachBatch`` over raw records (Kafka source shape)."""
 
     def __init__(
         self,
@@ -48,6 +53,8 @@ class BatchProcessor:
         state: StateFiles,
         clock: Callable[[Aggregate], str],
         write_dead_letters: Callable[[DataFrame, int], None],
+        max_age_s: float | None = None,
+        max_future_s: float | None = None,
         on_output: Callable[[Output], None] | None = None,
         latest_only: bool = True,
     ) -> None:
@@ -58,6 +65,8 @@ class BatchProcessor:
         self.state = state
         self.clock = clock
         self.write_dead_letters = write_dead_letters
+        self.max_age_s = max_age_s
+        self.max_future_s = max_future_s
         self.on_output = on_output
         self.latest_only = latest_only  # compacted topic: only a series' newest window matters
         self.tracker = Tracker(cfg, clock)
@@ -83,8 +92,9 @@ class BatchProcessor:
             self.windows.load_state(saved[1]["windows"])
             log.info("detector state restored from batch %d for batch %d", saved[0], batch_id)
 
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
+    def __call__(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
+        df = parse.decode(raw, self.max_age_s, self.max_future_s, now=time.time())
         rows = [r.asDict() for r in windows.partials(df, self.cfg).collect()]
         t1 = time.perf_counter()
         self._restore(batch_id)
@@ -95,7 +105,7 @@ class BatchProcessor:
         out = self._publish(result, batch_id)
         log.info(
             "batch %d: %d partial row(s) -> %d window(s), %d dead letter(s), %d late; "
-            "spark %.2fs, dead letters %.2fs, detectors+publish %.2fs",
+            "spark %.2fs, merge+dead letters %.2fs, detectors+publish %.2fs",
             batch_id,
             len(rows),
             len(result.rows),

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from streaming.schema import events
 
 CORRUPT = "_corrupt"
+RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
 # Reason order: the first that applies is reported (docs/topics.md lists them).
 REASONS = (
     "malformed_json",
@@ -46,7 +47,26 @@ def _missing(e: str) -> Column:
     return _first(pairs)
 
 
-def _invalid(e: str) -> Column:
+def _any(conds: list[Column]) -> Column:
+    out = conds[0]
+    for c in conds[1:]:
+        out = out | c
+    return out
+
+
+def _any_missing(e: str) -> Column:
+    """Whether ``_missing`` finds anything, as a short boolean: fields every kind requires are
+    checked once (the long text chain is only computed for rejected records)."""
+    common = set.intersection(*(set(n) for n in events.REQUIRED_BY_KIND.values()))
+    conds = [F.col(f"{e}.{n}").isNull() for n in sorted(common)]
+    for kind, names in events.REQUIRED_BY_KIND.items():
+        extra = [F.col(f"{e}.{n}").isNull() for n in names if n not in common]
+        if extra:
+            conds.append((F.col(f"{e}.kind") == kind) & _any(extra))
+    return _any(conds)
+
+
+def _invalid_pairs(e: str) -> list[tuple[Column, str]]:
     pairs: list[tuple[Column, str]] = [
         (F.col(f"{e}.{CORRUPT}").isNotNull(), "a field has the wrong JSON type"),
         (F.col("ts").isNull(), "event_time is not an ISO 8601 timestamp"),
@@ -57,15 +77,27 @@ def _invalid(e: str) -> Column:
             pairs.append((c.isNotNull() & ~c.isin(*f.enum), f"{f.name} not one of {list(f.enum)}"))
         if f.minimum is not None and f.name != "schema":
             pairs.append((c < F.lit(f.minimum), f"{f.name} below {f.minimum:g}"))
-    return _first(pairs)
+    return pairs
+
+
+def _invalid(e: str) -> Column:
+    return _first(_invalid_pairs(e))
+
+
+def _any_invalid(e: str) -> Column:
+    return _any([cond for cond, _ in _invalid_pairs(e)])
 
 
 def decode(
-    raw: DataFrame, max_age_s: float | None = 86400.0, max_future_s: float | None = 300.0
+    raw: DataFrame,
+    max_age_s: float | None = 86400.0,
+    max_future_s: float | None = 300.0,
+    now: float | None = None,
 ) -> DataFrame:
     """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
     ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
-    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound)."""
+    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound):
+    ``now`` (epoch s) if given, so that several actions on one batch agree, else the query's."""
     e = "e"
     value = F.col("value").cast("string")
     parsed = raw.select(
@@ -84,7 +116,7 @@ def decode(
             | ~F.ltrim(F.col("raw").cast("string")).startswith("{")
         )
     )
-    now = F.current_timestamp()
+    now = F.current_timestamp() if now is None else F.lit(now).cast("timestamp")
     too_old = (
         F.col("ts") < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
         if max_age_s is not None
@@ -102,8 +134,8 @@ def decode(
         F.when(not_json, "malformed_json")
         .when(F.col(f"{e}.schema").isNull() | (F.col(f"{e}.schema") != 1), "unsupported_schema")
         .when(kind.isNull() | ~kind.isin(*events.KINDS), "unknown_kind")
-        .when(missing.isNotNull(), "missing_field")
-        .when(invalid.isNotNull(), "invalid_value")
+        .when(_any_missing(e), "missing_field")
+        .when(_any_invalid(e), "invalid_value")
         .when(too_old | too_new, "time_out_of_range")
     )
     detail = (

@@ -52,7 +52,9 @@ def kafka_options(s: JobSettings) -> dict[str, str]:
 
 
 def kafka_source(spark: SparkSession, s: JobSettings) -> DataFrame:
-    return spark.readStream.format("kafka").options(**kafka_options(s)).load()
+    """The events topic, only the columns the job reads."""
+    raw = spark.readStream.format("kafka").options(**kafka_options(s)).load()
+    return raw.select(*parse.RAW_COLUMNS)
 
 
 def file_source(spark: SparkSession, path: str) -> DataFrame:
@@ -63,7 +65,7 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
         reader = reader.option("pathGlobFilter", glob.escape(p.name))
         path = str(p.parent)
     raw = reader.load(path)
-    return raw.select(
+    return raw.select(  # parse.RAW_COLUMNS
         F.col("value").cast("binary").alias("value"),
         F.col("_metadata.file_path").alias("topic"),
         F.lit(None).cast("int").alias("partition"),
@@ -72,13 +74,7 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
-# ---- the shared transformations -----------------------------------------------------------
-def build(raw: DataFrame, max_age_s: float | None, max_future_s: float | None) -> DataFrame:
-    """Raw records (Kafka shape) -> decoded and validated rows. Everything else happens per
-    micro-batch in ``BatchProcessor``: one read of the topic serves windows and dead letters."""
-    return parse.decode(raw, max_age_s=max_age_s, max_future_s=max_future_s)
-
-
+# ---- sinks ---------------------------------------------------------------------------------
 def kafka_dead_letter_writer(s: JobSettings) -> Callable[[DataFrame, int], None]:
     """Writes a decoded batch's rejected records to the dead-letter topic (key
     ``partition:offset``, so a re-run batch writes the same keys again)."""
@@ -160,17 +156,19 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         StateFiles(checkpoint),
         clock=lambda _agg: iso(_now()),  # type: ignore[arg-type,return-value]
         write_dead_letters=kafka_dead_letter_writer(s),
+        max_age_s=s.max_event_age_s,
+        max_future_s=s.max_event_future_s,
     )
     listener = StatusListener(s.job_id, publish_status, lambda: processor.stats)
     spark.streams.addListener(listener)
-    decoded = build(kafka_source(spark, s), s.max_event_age_s, s.max_event_future_s)
     trigger: dict[str, Any] = (
         {"availableNow": True}
         if available_now
         else {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
     )
     writer = (
-        decoded.writeStream.queryName(JOB_QUERY)
+        kafka_source(spark, s)
+        .writeStream.queryName(JOB_QUERY)
         .foreachBatch(processor)
         .option("checkpointLocation", str(Path(checkpoint) / JOB_QUERY))
         .trigger(**trigger)
@@ -227,10 +225,12 @@ def replay(
             StateFiles(work),
             clock=_window_end,
             write_dead_letters=keep_dead,
+            max_age_s=max_age_s,
+            max_future_s=max_future_s,
             latest_only=False,
         )
         q = (
-            build(file_source(spark, events), max_age_s, max_future_s)
+            file_source(spark, events)
             .writeStream.foreachBatch(processor)
             .option("checkpointLocation", f"{work}/{JOB_QUERY}")
             .trigger(availableNow=True)
