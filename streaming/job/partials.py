@@ -84,6 +84,13 @@ def flat_col(state: str, name: str) -> str:
     return f"{state_col(state)}__{name}"
 
 
+# (state, names, flat column names), computed once: merge runs per partial row and state.
+_STATE_COLS = tuple(
+    (st, state_fields(st), tuple(flat_col(st, n) for n in state_fields(st)))
+    for st in SUMMARY_STATES
+)
+
+
 def _max(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
 
@@ -105,12 +112,11 @@ def merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
         into[f] = _min(into.get(f), part.get(f))
     for f in SUM_FIELDS:
         into[f] = (into.get(f) or 0) + (part.get(f) or 0)
-    for state in SUMMARY_STATES:
-        cols = [flat_col(state, n) for n in state_fields(state)]
+    for _state, _names, cols in _STATE_COLS:
+        if part.get(cols[0]) is None:
+            continue
         mine = tuple(into.get(c) for c in cols)
         theirs = tuple(part.get(c) for c in cols)
-        if theirs[0] is None:
-            continue
         if mine[0] is None or (theirs[0], _rank(theirs)) > (mine[0], _rank(mine)):
             into.update(zip(cols, theirs, strict=True))
     for f, t, newest in HB_BY_TIME:
@@ -152,10 +158,11 @@ def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
     row["window_end_s"] = w["window_start_s"] + window_s
     for f, _t, _newest in HB_BY_TIME:
         row[f] = w.get(f)
-    for state in SUMMARY_STATES:
-        names = state_fields(state)
-        values = {n: w.get(flat_col(state, n)) for n in names}
-        row[state_col(state)] = values if values["t"] is not None else None
+    for state, names, cols in _STATE_COLS:
+        if w.get(cols[0]) is None:
+            row[state_col(state)] = None
+        else:
+            row[state_col(state)] = {n: w.get(c) for n, c in zip(names, cols, strict=True)}
     row["close_wait_slope_per_s"] = _slope(w)
     n = w.get("lifetime_n") or 0
     row["lifetime_avg_s"] = w["lifetime_sum_s"] / n if n else None

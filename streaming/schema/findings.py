@@ -94,8 +94,10 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON value for ``connmon.findings``."""
-        body = dataclasses.asdict(self)
+        # Not dataclasses.asdict: its deep copies were a third of the job's driver time.
+        body = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         body.pop("broker")
+        body["evidence"] = dict(self.evidence)
         return {"schema": SCHEMA_VERSION, **body, "broker": self.broker, "key": self.key}
 
     @classmethod
