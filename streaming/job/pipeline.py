@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import parse
-from streaming.job.batch import BatchProcessor
+from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import KafkaSink, MemorySink, Sink, dumps
 from streaming.job.state_files import StateFiles
@@ -137,6 +137,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         temp_dirs.append(checkpoint)
         log.warning("no --checkpoint: using %s, removed at exit", checkpoint)
     Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    check_checkpoint(StateFiles(checkpoint), s.detectors)
     if not s.local:
         d = tempfile.mkdtemp(prefix="connmon-pyfiles-")
         temp_dirs.append(d)

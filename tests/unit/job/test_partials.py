@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
-from streaming.job.batch import BatchProcessor
+from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.partials import WindowState, flat_col
 from streaming.job.sinks import MemorySink
 from streaming.job.state_files import StateFiles
@@ -150,3 +151,14 @@ def test_a_batch_re_run_after_a_crash_publishes_the_same_and_counts_once(tmp_pat
     assert restarted.stats == p.stats and p.stats.late_events_total == 4
     assert dict(crashed.records["findings"]) == dict(uninterrupted.records["findings"])
     assert any(v["kind"] == "close_wait_buildup" for _, v in uninterrupted.records["findings"])
+
+
+def test_a_checkpoint_with_other_windows_fails_at_start_naming_the_setting(tmp_path):
+    p = _processor(tmp_path, MemorySink())
+    p.process_partials([part()], 0)
+    check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # same config: fine
+    with pytest.raises(ConfigError, match=r"^detectors.window_s: the checkpoint has 60"):
+        check_checkpoint(StateFiles(tmp_path), DetectorConfig().replace(window_s=30.0))
+    StateFiles(tmp_path).save(1, {"history": {}})  # a state file without window state
+    with pytest.raises(ConfigError, match=r"^checkpoint: .* older job layout"):
+        check_checkpoint(StateFiles(tmp_path), DetectorConfig())
