@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from streaming.cli import ConfigError
@@ -91,6 +92,14 @@ class BatchProcessor:
         self.last_batch: int | None = None
         self.stats: BatchStats | None = None
 
+    @cached_property
+    def decode(self) -> parse.Decoder:
+        return parse.Decoder(self.max_age_s, self.max_future_s)
+
+    @cached_property
+    def partials(self) -> windows.Partials:  # built on first use: Columns need a SparkContext
+        return windows.Partials(self.cfg)
+
     def _new_windows(self) -> WindowState:
         return WindowState(self.cfg.window_s, self.cfg.watermark_s)
 
@@ -111,8 +120,8 @@ class BatchProcessor:
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
-        df = parse.decode(raw, self.max_age_s, self.max_future_s, now=time.time())
-        rows = [r.asDict() for r in windows.partials(df, self.cfg).collect()]
+        df = self.decode(raw, now=time.time())
+        rows = [r.asDict() for r in self.partials(df).collect()]
         t1 = time.perf_counter()
         self._restore(batch_id)
         result = self.windows.apply(rows)

@@ -7,6 +7,8 @@ rules mirror ``streaming.schema.events.validate`` and are generated from the sam
 
 from __future__ import annotations
 
+import math
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -15,6 +17,8 @@ from streaming.schema import events
 
 CORRUPT = "_corrupt"
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
+_NOW = "_connmon_now"
+NOW_STEP_S = 60  # processing time for the event-time bounds, in whole minutes
 # Reason order: the first that applies is reported (docs/topics.md lists them).
 REASONS = (
     "malformed_json",
@@ -88,85 +92,107 @@ def _any_invalid(e: str) -> Column:
     return _any([cond for cond, _ in _invalid_pairs(e)])
 
 
+class Decoder:
+    """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
+    ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
+    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound).
+
+    The columns are built once and applied to every micro-batch: each PySpark ``Column`` call is
+    a round trip to the JVM, and building these a thousand calls anew took about a second per
+    batch."""
+
+    def __init__(self, max_age_s: float | None = 86400.0, max_future_s: float | None = 300.0):
+        e = "e"
+        value = F.col("value").cast("string")
+        self._parse = [
+            F.col("value").cast("binary").alias("raw"),
+            F.col("topic"),
+            F.col("partition"),
+            F.col("offset"),
+            F.col("timestamp").alias("kafka_timestamp"),
+            F.col(_NOW),
+            F.from_json(value, _schema(), {"columnNameOfCorruptRecord": CORRUPT}).alias(e),
+        ]
+        self._ts = F.expr(f"try_to_timestamp({e}.event_time)")
+        # Only rejected rows pay for the second parse that tells bad JSON from bad types.
+        not_json = F.col(e).isNull() | (
+            F.col(f"{e}.{CORRUPT}").isNotNull()
+            & (
+                F.expr("try_parse_json(CAST(raw AS STRING))").isNull()
+                | ~F.ltrim(F.col("raw").cast("string")).startswith("{")
+            )
+        )
+        now = F.col(_NOW)
+        too_old = (
+            F.col("ts") < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
+            if max_age_s is not None
+            else F.lit(False)
+        )
+        too_new = (
+            F.col("ts")
+            > now + F.expr(f"make_dt_interval(0, 0, 0, {float(max_future_s) + NOW_STEP_S})")
+            if max_future_s is not None
+            else F.lit(False)
+        )
+        kind = F.col(f"{e}.kind")
+        schema = F.col(f"{e}.schema")
+        bad_schema = schema.isNull() | (schema != 1)
+        bad_kind = kind.isNull() | ~kind.isin(*events.KINDS)
+        missing = _missing(e)
+        invalid = _invalid(e)
+        reason = (
+            F.when(not_json, "malformed_json")
+            .when(bad_schema, "unsupported_schema")
+            .when(bad_kind, "unknown_kind")
+            .when(_any_missing(e), "missing_field")
+            .when(_any_invalid(e), "invalid_value")
+            .when(too_old | too_new, "time_out_of_range")
+        )
+        detail = (
+            F.when(not_json, "not a JSON object")
+            .when(
+                bad_schema,
+                F.concat(F.lit("schema "), F.coalesce(schema.cast("string"), F.lit("null"))),
+            )
+            .when(bad_kind, F.concat(F.lit("kind "), F.coalesce(kind, F.lit("null"))))
+            .when(missing.isNotNull(), missing)
+            .when(invalid.isNotNull(), invalid)
+            .when(too_old, "event_time older than the allowed age")
+            .when(too_new, "event_time in the future")
+        )
+        self._out = [
+            *[F.col(f"{e}.{f.name}").alias(f.name) for f in events.FIELDS],
+            F.col("ts"),
+            reason.alias("reason"),
+            detail.alias("detail"),
+            *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
+        ]
+
+    def __call__(self, raw: DataFrame, now: float | None = None) -> DataFrame:
+        """``now`` (epoch s) if given, so that several actions on one batch agree, else the
+        query's current time. Either is rounded down to the minute (bounds get up to a minute
+        of slack): Spark inlines a timestamp literal into its generated code, so an exact time
+        made every batch compile anew (about 0.25 s each)."""
+        if now is None:
+            now_col = F.date_trunc("minute", F.current_timestamp())
+        else:
+            now_col = F.lit(math.floor(now / NOW_STEP_S) * NOW_STEP_S).cast("timestamp")
+        return (
+            raw.withColumn(_NOW, now_col)
+            .select(*self._parse)
+            .withColumn("ts", self._ts)
+            .select(*self._out)
+        )
+
+
 def decode(
     raw: DataFrame,
     max_age_s: float | None = 86400.0,
     max_future_s: float | None = 300.0,
     now: float | None = None,
 ) -> DataFrame:
-    """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
-    ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
-    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound):
-    ``now`` (epoch s) if given, so that several actions on one batch agree, else the query's."""
-    e = "e"
-    value = F.col("value").cast("string")
-    parsed = raw.select(
-        F.col("value").cast("binary").alias("raw"),
-        F.col("topic"),
-        F.col("partition"),
-        F.col("offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        F.from_json(value, _schema(), {"columnNameOfCorruptRecord": CORRUPT}).alias(e),
-    ).withColumn("ts", F.expr(f"try_to_timestamp({e}.event_time)"))
-    # Only rejected rows pay for the second parse that tells bad JSON from bad types.
-    not_json = F.col(e).isNull() | (
-        F.col(f"{e}.{CORRUPT}").isNotNull()
-        & (
-            F.expr("try_parse_json(CAST(raw AS STRING))").isNull()
-            | ~F.ltrim(F.col("raw").cast("string")).startswith("{")
-        )
-    )
-    now = F.current_timestamp() if now is None else F.lit(now).cast("timestamp")
-    too_old = (
-        F.col("ts") < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
-        if max_age_s is not None
-        else F.lit(False)
-    )
-    too_new = (
-        F.col("ts") > now + F.expr(f"make_dt_interval(0, 0, 0, {float(max_future_s)})")
-        if max_future_s is not None
-        else F.lit(False)
-    )
-    kind = F.col(f"{e}.kind")
-    missing = _missing(e)
-    invalid = _invalid(e)
-    reason = (
-        F.when(not_json, "malformed_json")
-        .when(F.col(f"{e}.schema").isNull() | (F.col(f"{e}.schema") != 1), "unsupported_schema")
-        .when(kind.isNull() | ~kind.isin(*events.KINDS), "unknown_kind")
-        .when(_any_missing(e), "missing_field")
-        .when(_any_invalid(e), "invalid_value")
-        .when(too_old | too_new, "time_out_of_range")
-    )
-    detail = (
-        F.when(not_json, "not a JSON object")
-        .when(
-            F.col(f"{e}.schema").isNull() | (F.col(f"{e}.schema") != 1),
-            F.concat(
-                F.lit("schema "), F.coalesce(F.col(f"{e}.schema").cast("string"), F.lit("null"))
-            ),
-        )
-        .when(
-            kind.isNull() | ~kind.isin(*events.KINDS),
-            F.concat(F.lit("kind "), F.coalesce(kind, F.lit("null"))),
-        )
-        .when(missing.isNotNull(), missing)
-        .when(invalid.isNotNull(), invalid)
-        .when(too_old, "event_time older than the allowed age")
-        .when(too_new, "event_time in the future")
-    )
-    fields = [F.col(f"{e}.{f.name}").alias(f.name) for f in events.FIELDS]
-    return parsed.select(
-        *fields,
-        "ts",
-        reason.alias("reason"),
-        detail.alias("detail"),
-        "raw",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_timestamp",
-    )
+    """``Decoder(max_age_s, max_future_s)(raw, now)``, for a single use."""
+    return Decoder(max_age_s, max_future_s)(raw, now)
 
 
 def _rejected(decoded: DataFrame, rejected: bool) -> DataFrame:

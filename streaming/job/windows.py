@@ -76,26 +76,37 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
     return aggs
 
 
-def partials(decoded: DataFrame, cfg: DetectorConfig) -> DataFrame:
+class Partials:
     """``parse.decode`` output (a static frame: one micro-batch) -> one partial row per
     (window, series, string values) for valid events, and one per reason for rejected ones.
-    Times are epoch seconds (``collect()`` would turn timestamps into naive local times)."""
-    valid = F.col("reason").isNull()
-    micros = F.unix_micros("ts")
-    width = F.lit(int(cfg.window_s * 1_000_000))
-    start_us = micros - F.pmod(micros, width)
-    t = micros / F.lit(1e6)
-    t_rel = (micros - start_us) / F.lit(1e6)
-    broker = F.coalesce(F.col("broker_id").cast("string"), F.col("broker_endpoint"))
-    dup_conn = F.when(
-        (F.col("kind") == "summary") & (F.col("state") == "ESTABLISHED"), F.col("dup_conn")
-    )
-    keys = [
-        F.when(valid, start_us / F.lit(1e6)).alias("window_start_s"),
-        *[F.when(valid, broker if k == "broker" else F.col(k)).alias(k) for k in SERIES],
-        F.when(valid, F.col("cluster")).alias("cluster"),
-        F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
-        F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
-        F.col("reason"),
-    ]
-    return decoded.groupBy(*keys).agg(*_aggregations(cfg, t, t_rel))
+    Times are epoch seconds (``collect()`` would turn timestamps into naive local times).
+    Columns are built once and reused for every batch (see ``parse.Decoder``)."""
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        valid = F.col("reason").isNull()
+        micros = F.unix_micros("ts")
+        width = F.lit(int(cfg.window_s * 1_000_000))
+        start_us = micros - F.pmod(micros, width)
+        t = micros / F.lit(1e6)
+        t_rel = (micros - start_us) / F.lit(1e6)
+        broker = F.coalesce(F.col("broker_id").cast("string"), F.col("broker_endpoint"))
+        dup_conn = F.when(
+            (F.col("kind") == "summary") & (F.col("state") == "ESTABLISHED"), F.col("dup_conn")
+        )
+        self.keys = [
+            F.when(valid, start_us / F.lit(1e6)).alias("window_start_s"),
+            *[F.when(valid, broker if k == "broker" else F.col(k)).alias(k) for k in SERIES],
+            F.when(valid, F.col("cluster")).alias("cluster"),
+            F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
+            F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
+            F.col("reason"),
+        ]
+        self.aggs = _aggregations(cfg, t, t_rel)
+
+    def __call__(self, decoded: DataFrame) -> DataFrame:
+        return decoded.groupBy(*self.keys).agg(*self.aggs)
+
+
+def partials(decoded: DataFrame, cfg: DetectorConfig) -> DataFrame:
+    """``Partials(cfg)(decoded)``, for a single use."""
+    return Partials(cfg)(decoded)
