@@ -264,10 +264,15 @@ def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
     log = tmp_path / "job.log"
     p = _start_cli(args, log)
     try:
+        # a finding out and a batch's state saved, so that the restart has state to restore
         wait_for(
-            "a first finding",
-            lambda: any(
-                k.startswith("close_wait_buildup|") for k, _ in consume_all(t.bootstrap, t.findings)
+            "a first finding and saved state",
+            lambda: (
+                any(
+                    k.startswith("close_wait_buildup|")
+                    for k, _ in consume_all(t.bootstrap, t.findings)
+                )
+                and any((tmp_path / "ckpt" / "detector-state").glob("*.json"))
             ),
         )
         _kill_group(p)  # SIGKILL: no shutdown hook, no flush, no clean stop
