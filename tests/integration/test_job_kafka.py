@@ -264,15 +264,17 @@ def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
     log = tmp_path / "job.log"
     p = _start_cli(args, log)
     try:
-        # a finding out and a batch's state saved, so that the restart has state to restore
+        # A finding out and a batch committed by Spark, so that the restart runs a later batch
+        # and must restore state (a batch killed before its commit is re-run from scratch).
+        commits = tmp_path / "ckpt" / "aggregates" / "commits"
         wait_for(
-            "a first finding and saved state",
+            "a first finding and a committed batch",
             lambda: (
                 any(
                     k.startswith("close_wait_buildup|")
                     for k, _ in consume_all(t.bootstrap, t.findings)
                 )
-                and any((tmp_path / "ckpt" / "detector-state").glob("*.json"))
+                and any(f.name.isdigit() for f in commits.glob("*"))
             ),
         )
         _kill_group(p)  # SIGKILL: no shutdown hook, no flush, no clean stop
