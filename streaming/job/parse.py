@@ -16,18 +16,10 @@ from pyspark.sql import types as T
 from streaming.schema import events
 
 CORRUPT = "_corrupt"
+# Rejection reasons, first that applies: streaming.schema.status.DEADLETTER_REASONS, in order.
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
 _NOW = "_connmon_now"
 NOW_STEP_S = 60  # processing time for the event-time bounds, in whole minutes
-# Reason order: the first that applies is reported (docs/topics.md lists them).
-REASONS = (
-    "malformed_json",
-    "unsupported_schema",
-    "unknown_kind",
-    "missing_field",
-    "invalid_value",
-    "time_out_of_range",
-)
 
 
 def _schema() -> T.StructType:
@@ -84,14 +76,6 @@ def _invalid_pairs(e: str) -> list[tuple[Column, str]]:
     return pairs
 
 
-def _invalid(e: str) -> Column:
-    return _first(_invalid_pairs(e))
-
-
-def _any_invalid(e: str) -> Column:
-    return _any([cond for cond, _ in _invalid_pairs(e)])
-
-
 class Decoder:
     """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
     ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
@@ -139,13 +123,14 @@ class Decoder:
         bad_schema = schema.isNull() | (schema != 1)
         bad_kind = kind.isNull() | ~kind.isin(*events.KINDS)
         missing = _missing(e)
-        invalid = _invalid(e)
+        invalid_pairs = _invalid_pairs(e)
+        invalid = _first(invalid_pairs)
         reason = (
             F.when(not_json, "malformed_json")
             .when(bad_schema, "unsupported_schema")
             .when(bad_kind, "unknown_kind")
             .when(_any_missing(e), "missing_field")
-            .when(_any_invalid(e), "invalid_value")
+            .when(_any([cond for cond, _ in invalid_pairs]), "invalid_value")
             .when(too_old | too_new, "time_out_of_range")
         )
         detail = (
@@ -195,16 +180,6 @@ def decode(
     return Decoder(max_age_s, max_future_s)(raw, now)
 
 
-def _rejected(decoded: DataFrame, rejected: bool) -> DataFrame:
-    return decoded.where(F.col("reason").isNotNull() if rejected else F.col("reason").isNull())
-
-
-def valid_events(decoded: DataFrame) -> DataFrame:
-    """The accepted events, without the source columns."""
-    keep = [f.name for f in events.FIELDS] + ["ts"]
-    return _rejected(decoded, False).select(*keep)
-
-
 def dead_letters(decoded: DataFrame) -> DataFrame:
     """Rejected records as Kafka ``key``/``value`` (docs/topics.md, schema 1) plus ``reason``."""
     value = F.to_json(
@@ -226,4 +201,5 @@ def dead_letters(decoded: DataFrame) -> DataFrame:
         {"ignoreNullFields": "false"},
     )
     key = F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"))
-    return _rejected(decoded, True).select(key.alias("key"), value.alias("value"), "reason")
+    rejected = decoded.where(F.col("reason").isNotNull())
+    return rejected.select(key.alias("key"), value.alias("value"), "reason")

@@ -22,7 +22,7 @@ from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import KafkaSink, MemorySink, Sink, dumps
 from streaming.job.state_files import StateFiles
-from streaming.job.status import StatusListener
+from streaming.job.status import JOB_QUERY, StatusListener
 from streaming.job.times import iso
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.status import JobStatus
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
-
-JOB_QUERY = "aggregates"  # the query name in job-status records and Spark's checkpoint
 
 
 # ---- sources -------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def _attempt_fails_per_min(row: Mapping[str, Any]) -> float | None:
 
 
 def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
-    """One series row of ``windows.aggregate`` as an ``Aggregate``."""
+    """One finished window row (``partials.finish``) as an ``Aggregate``."""
     states = _current_states(row)
     est = states.get("ESTABLISHED", {})
     cw = states.get("CLOSE_WAIT", {})

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,8 @@ from streaming.job.times import epoch, iso
 from streaming.schema.status import JobStatus
 
 log = logging.getLogger(__name__)
+
+JOB_QUERY = "aggregates"  # the job's one query: its name in status records and the checkpoint
 
 
 def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobStatus:
@@ -51,27 +52,19 @@ class StatusListener(StreamingQueryListener):
         job_id: str,
         publish: Callable[[JobStatus], None],
         stats: Callable[[], BatchStats | None],
-        queries: tuple[str, ...] = ("aggregates",),
     ) -> None:
         self.job_id = job_id
         self.publish = publish
         self.stats = stats
-        self.queries = queries
-        self.history: list[JobStatus] = []
-        self._lock = threading.Lock()
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
         pass
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        if event.progress.name not in self.queries:
+        if event.progress.name != JOB_QUERY:
             return
         try:
-            with self._lock:
-                status = status_from_progress(event.progress, self.job_id, self.stats())
-                self.history.append(status)
-                del self.history[:-100]
-            self.publish(status)
+            self.publish(status_from_progress(event.progress, self.job_id, self.stats()))
         except Exception:  # a status record must never stop the job
             log.exception("could not publish job status")
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.detectors.config import DetectorConfig
+from streaming.schema.findings import KINDS as FINDING_KINDS
 
 CLIENTS = {
     "rdkafka": ("producer", "consumer"),
@@ -18,14 +19,6 @@ CLIENTS = {
     "raw": ("close-wait-leak", "churn"),
 }
 ACTIONS = ("stop_node", "start_node")
-FINDING_KINDS = (
-    "close_wait_buildup",
-    "idle_churn",
-    "duplicate_connections",
-    "idle_zombie",
-    "connection_storm",
-    "time_wait_pileup",
-)
 
 
 class ScenarioError(ValueError):

@@ -16,6 +16,7 @@ from streaming.detectors.config import DetectorConfig
 from streaming.job import parse, windows
 from streaming.job.partials import WindowState, window_key
 from streaming.job.pipeline import replay
+from streaming.schema.status import DEADLETTER_REASONS
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
 
@@ -50,6 +51,8 @@ def test_malformed_records_get_the_documented_reasons(spark):
         list(enumerate(gen.MALFORMED_REASONS)), "offset long, reason string"
     )
     assertDataFrameEqual(got, expected)
+    # every documented reason is exercised, and no other
+    assert set(gen.MALFORMED_REASONS) == set(DEADLETTER_REASONS)
 
 
 def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):
