@@ -46,15 +46,15 @@ class BatchStats:
 
 def check_checkpoint(state: StateFiles, cfg: DetectorConfig) -> None:
     """Fail at start, naming the setting, when the checkpoint's saved state cannot be used."""
-    saved = state.load_before(sys.maxsize)
-    if saved is None:
-        return
-    if "windows" not in saved[1]:
-        raise ConfigError(
-            f"checkpoint: {state.dir.parent} was written by an older job layout; use a new one"
-        )
     try:
-        WindowState(cfg.window_s, cfg.watermark_s).load_state(saved[1]["windows"])
+        saved = state.load_before(sys.maxsize)
+        if saved is None:
+            return
+        if "windows" not in saved.newest:
+            raise ConfigError(
+                f"checkpoint: {state.dir.parent} was written by an older job layout; use a new one"
+            )
+        WindowState(cfg.window_s, cfg.watermark_s).load_state(saved.newest["windows"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
@@ -115,9 +115,14 @@ class BatchProcessor:
         self.windows = self._new_windows()
         saved = self.state.load_before(batch_id)
         if saved is not None:
-            self.tracker.load_state(saved[1]["tracker"])
-            self.windows.load_state(saved[1]["windows"])
-            log.info("detector state restored from batch %d for batch %d", saved[0], batch_id)
+            self.tracker.load_state(saved.snapshot["tracker"], [d["tracker"] for d in saved.deltas])
+            self.windows.load_state(saved.newest["windows"])
+            log.info(
+                "detector state restored from batch %d (%d delta(s)) for batch %d",
+                saved.batch_id,
+                len(saved.deltas),
+                batch_id,
+            )
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
@@ -164,11 +169,12 @@ class BatchProcessor:
         self.sink.publish(self.aggregates_topic, [(k, a.to_dict()) for k, a in pairs])
         self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
         t2 = time.perf_counter()
+        snapshot = self.state.wants_snapshot(batch_id)
         state: dict[str, Any] = {
-            "tracker": self.tracker.to_state(),
+            "tracker": self.tracker.to_state() if snapshot else self.tracker.to_delta(),
             "windows": self.windows.to_state(),
         }
-        self.state.save(batch_id, state)
+        self.state.save(batch_id, state, snapshot)
         self.timings = (t1 - t0, t2 - t1, time.perf_counter() - t2)
         self.last_batch = batch_id
         self.stats = BatchStats(

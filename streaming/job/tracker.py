@@ -9,11 +9,20 @@ Rules:
 - It resolves when the newest window does not hold and the window before it (complete by then)
   did not hold either, so a partly filled window does not resolve a rate-based finding; or when
   its series has produced no window for ``finding_stale_s`` of event time.
+
+Only firing findings are remembered: a resolved one behaves exactly like none.
+
+Work per batch grows with the series the batch touches, not with all series held (tens of
+thousands on a large fleet): expiry goes through heaps ordered by a series' newest window end,
+and a series' old windows are pruned when it is next touched or when it expires, which leaves
+every detector the same history a prune of all series each batch would. The state is saved as
+a snapshot plus per-batch deltas of what changed (``to_delta``/``load_state``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,7 +30,7 @@ from streaming.detectors import DETECTORS
 from streaming.detectors.config import DetectorConfig
 from streaming.job.times import epoch as _epoch
 from streaming.job.times import iso
-from streaming.schema.aggregates import HOST_SERIES, Aggregate, series_key
+from streaming.schema.aggregates import HOST_SERIES, Aggregate
 from streaming.schema.findings import Finding
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
@@ -59,32 +68,76 @@ class Tracker:
         self.clock = clock  # updated_at for a record about this window
         self.history: dict[str, list[Aggregate]] = {}
         self.held: dict[str, dict[str, list[str]]] = {}  # series -> window_start -> kinds
-        self.findings: dict[str, Finding] = {}
+        self.findings: dict[str, Finding] = {}  # firing only
         self.max_window_end: str | None = None
+        self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
+        # (newest window end, series): candidates for the stale check, then for removal
+        self._stale_heap: list[tuple[float, str]] = []
+        self._expire_heap: list[tuple[float, str]] = []
+        self._touched: set[str] = set()  # this batch
+        self._changed: set[str] = set()  # series changed since the last saved state
+        self._changed_findings: set[str] = set()
 
     # ---- state --------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
         """JSON-ready state. History keeps only what detectors read from earlier windows."""
+        self._changed.clear()
+        self._changed_findings.clear()
         return {
             "history_fields": list(HISTORY_FIELDS),
-            "history": {
-                s: [[getattr(a, f) for f in HISTORY_FIELDS] for a in ws]
-                for s, ws in self.history.items()
-            },
+            "history": {s: _rows(ws) for s, ws in self.history.items()},
             "held": self.held,
             "findings": {k: f.to_dict() for k, f in self.findings.items()},
             "max_window_end": self.max_window_end,
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        names = state["history_fields"]
-        self.history = {
-            s: [Aggregate(**dict(zip(names, row, strict=True))) for row in ws]
-            for s, ws in state["history"].items()
+    def to_delta(self) -> dict[str, Any]:
+        """What changed since the last ``to_state``/``to_delta``; a value of None removes."""
+        changed, self._changed = self._changed, set()
+        keys, self._changed_findings = self._changed_findings, set()
+        history: dict[str, Any] = {}
+        held: dict[str, Any] = {}
+        for s in changed:
+            ws = self.history.get(s)
+            history[s] = _rows(ws) if ws else None
+            held[s] = self.held.get(s)
+        findings = {k: (f.to_dict() if (f := self.findings.get(k)) else None) for k in keys}
+        return {
+            "history_fields": list(HISTORY_FIELDS),
+            "history": history,
+            "held": held,
+            "findings": findings,
+            "max_window_end": self.max_window_end,
         }
-        self.held = state["held"]
-        self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
-        self.max_window_end = state["max_window_end"]
+
+    def load_state(self, state: dict[str, Any], deltas: Iterable[dict[str, Any]] = ()) -> None:
+        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
+        self.history, self.held, self.findings = {}, {}, {}
+        for part in (state, *deltas):
+            names = part["history_fields"]
+            for s, rows in part["history"].items():
+                if rows is None:
+                    self.history.pop(s, None)
+                else:
+                    self.history[s] = [
+                        Aggregate(**dict(zip(names, row, strict=True))) for row in rows
+                    ]
+            for s, held in part["held"].items():
+                if held is None:
+                    self.held.pop(s, None)
+                else:
+                    self.held[s] = held
+            for k, f in part["findings"].items():
+                if f is None or f["status"] != "firing":  # older states kept resolved ones
+                    self.findings.pop(k, None)
+                else:
+                    self.findings[k] = Finding.from_dict(f)
+            self.max_window_end = part["max_window_end"]
+        self._stale_heap = [(_epoch(ws[-1].window_end), s) for s, ws in self.history.items()]
+        heapq.heapify(self._stale_heap)
+        self._expire_heap = []
+        self._changed.clear()
+        self._changed_findings.clear()
 
     # ---- processing ---------------------------------------------------------------------
     def process(
@@ -93,10 +146,22 @@ class Tracker:
         """One batch of updated windows -> aggregates and findings to publish, in order."""
         batch = list(aggregates) + self._host_series(host_rates)
         out = Output([], [])
+        horizon = self._horizon()  # as the previous batch left it
+        self._touched = set()
         for agg in sorted(batch, key=lambda a: (a.window_start, a.series)):
+            if agg.series not in self._touched:
+                self._touched.add(agg.series)
+                self._prune_series(agg.series, horizon)
             self._update(agg, out)
+        for series in self._touched:
+            ws = self.history[series]
+            heapq.heappush(self._stale_heap, (_epoch(ws[-1].window_end), series))
+        self._changed |= self._touched
         self._resolve_stale(out)
-        self._prune()
+        horizon = self._horizon()
+        for series in self._touched:
+            self._prune_series(series, horizon)
+        self._expire(horizon)
         return out
 
     def _host_series(self, host_rates: dict[tuple[str, str], float]) -> list[Aggregate]:
@@ -143,11 +208,12 @@ class Tracker:
             last = self.findings.get(key)
             if kind in found:
                 f = found[kind]
-                if last is None or last.status != "firing" or _changed(last, f):
+                if last is None or _changed(last, f):
                     f.updated_at = self.clock(agg)
                     self.findings[key] = f
+                    self._changed_findings.add(key)
                     out.findings.append(f)
-            elif last is not None and last.status == "firing" and kind not in previous:
+            elif last is not None and kind not in previous:
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
 
     def _evaluate(self, agg: Aggregate, windows: list[Aggregate]) -> dict[str, Finding]:
@@ -181,56 +247,69 @@ class Tracker:
             summary="Resolved: " + last.summary,
         )
         resolved.updated_at = self.clock(agg) if agg is not None else end
-        self.findings[key] = resolved
+        del self.findings[key]
+        self._changed_findings.add(key)
         out.findings.append(resolved)
 
+    def _horizon(self) -> float | None:
+        """Windows ending before this can no longer matter to any detector."""
+        if self.max_window_end is None:
+            return None
+        return _epoch(self.max_window_end) - self._keep_s
+
     def _resolve_stale(self, out: Output) -> None:
+        """Resolve firing findings of series without a window for ``finding_stale_s``."""
         if self.max_window_end is None:
             return
-        horizon = _epoch(self.max_window_end) - self.cfg.finding_stale_s
-        for key, f in sorted(self.findings.items()):
-            if f.status != "firing":
-                continue
-            series = _series_of(f)
-            windows = self.history.get(series)
-            last_end = windows[-1].window_end if windows else f.window_end
-            if _epoch(last_end) < horizon:
-                self._resolve(key, f, f.window_start, self.max_window_end, None, out)
+        stale = _epoch(self.max_window_end) - self.cfg.finding_stale_s
+        due: set[str] = set()  # a series may have several entries with its newest end
+        while self._stale_heap and self._stale_heap[0][0] < stale:
+            end, series = heapq.heappop(self._stale_heap)
+            ws = self.history.get(series)
+            if not ws or _epoch(ws[-1].window_end) != end:
+                continue  # gone, or it has a newer window (and a newer heap entry)
+            last = ws[-1]
+            due.update(k for kind in DETECTORS if (k := self._key(last, kind)) in self.findings)
+            heapq.heappush(self._expire_heap, (end, series))
+        for key in sorted(due):
+            f = self.findings[key]
+            self._resolve(key, f, f.window_start, self.max_window_end, None, out)
 
-    def _prune(self) -> None:
-        if self.max_window_end is None:
+    def _expire(self, horizon: float | None) -> None:
+        """Forget series whose newest window is older than the horizon."""
+        while horizon is not None and self._expire_heap and self._expire_heap[0][0] < horizon:
+            end, series = heapq.heappop(self._expire_heap)
+            ws = self.history.get(series)
+            if ws and _epoch(ws[-1].window_end) == end:
+                self._prune_series(series, horizon)
+
+    def _prune_series(self, series: str, horizon: float | None) -> None:
+        if horizon is None or series not in self.history:
             return
-        keep_s = max(self.cfg.idle_churn_window_s, self.cfg.finding_stale_s) + 2 * self.cfg.window_s
-        horizon = _epoch(self.max_window_end) - keep_s
-        for series in list(self.history):
-            ws = self.history[series]
-            # The two newest windows always (resolution looks one back); older ones only if a
-            # detector can still use them: opens/idle closes (idle_churn), CLOSE_WAIT (trend).
-            keep = ws[:-2] if len(ws) > 2 else []
-            ws = [
-                w
-                for w in keep
-                if _epoch(w.window_end) >= horizon
-                and (w.opens or w.closes_after_idle or w.close_wait_count)
-            ] + [w for w in ws[-2:] if _epoch(w.window_end) >= horizon]
-            if ws:
-                self.history[series] = ws
-                starts = {w.window_start for w in ws}
-                held = self.held.get(series, {})
-                self.held[series] = {s: k for s, k in held.items() if s in starts}
-            else:
-                del self.history[series]
-                self.held.pop(series, None)
-        # Resolved findings whose series is gone need no memory.
-        self.findings = {
-            k: f
-            for k, f in self.findings.items()
-            if f.status == "firing" or _series_of(f) in self.history
-        }
+        ws = self.history[series]
+        # The two newest windows always (resolution looks one back); older ones only if a
+        # detector can still use them: opens/idle closes (idle_churn), CLOSE_WAIT (trend).
+        keep = [
+            w
+            for w in ws[:-2]
+            if _epoch(w.window_end) >= horizon
+            and (w.opens or w.closes_after_idle or w.close_wait_count)
+        ] + [w for w in ws[-2:] if _epoch(w.window_end) >= horizon]
+        if len(keep) == len(ws):
+            return
+        self._changed.add(series)
+        if keep:
+            self.history[series] = keep
+            starts = {w.window_start for w in keep}
+            held = self.held.get(series, {})
+            self.held[series] = {s: k for s, k in held.items() if s in starts}
+        else:
+            del self.history[series]
+            self.held.pop(series, None)
 
 
-def _series_of(f: Finding) -> str:
-    return series_key(f.side, f.host, f.app, f.broker, f.peer_host)
+def _rows(ws: list[Aggregate]) -> list[list[Any]]:
+    return [[getattr(a, f) for f in HISTORY_FIELDS] for a in ws]
 
 
 def _changed(last: Finding, new: Finding) -> bool:

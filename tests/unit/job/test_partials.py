@@ -159,6 +159,6 @@ def test_a_checkpoint_with_other_windows_fails_at_start_naming_the_setting(tmp_p
     check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # same config: fine
     with pytest.raises(ConfigError, match=r"^detectors.window_s: the checkpoint has 60"):
         check_checkpoint(StateFiles(tmp_path), DetectorConfig().replace(window_s=30.0))
-    StateFiles(tmp_path).save(1, {"history": {}})  # a state file without window state
+    StateFiles(tmp_path).save(1, {"history": {}}, snapshot=True)  # no window state in it
     with pytest.raises(ConfigError, match=r"^checkpoint: .* older job layout"):
         check_checkpoint(StateFiles(tmp_path), DetectorConfig())

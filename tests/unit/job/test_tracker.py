@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from typing import Any
 
+import pytest
+
 from streaming.detectors.config import DetectorConfig
+from streaming.job.times import epoch, iso
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
 
@@ -107,3 +112,77 @@ def test_state_round_trips_through_json():
     a, b = t.process([agg(1)], {}), t2.process([agg(1)], {})
     assert a.findings == b.findings == []
     assert statuses(t.process([agg(2)], {})) == statuses(t2.process([agg(2)], {}))
+
+
+def _workload(seed: int, minutes: int = 150) -> list[list[Aggregate]]:
+    """Batches of a minute each over 12 series: leaks that come and go, idle churn, late
+    updates, series silent for longer than the stale time and longer than the history kept."""
+    rng = random.Random(seed)
+    series = [(f"web-{h}", app) for h in range(4) for app in ("orders", "billing", "audit")]
+    silent = {s: (rng.randrange(minutes), rng.choice((3, 8, 40))) for s in series}
+    batches = []
+    for m in range(minutes):
+        batch = []
+        for host, app in series:
+            start, length = silent[(host, app)]
+            if start <= m < start + length or rng.random() < 0.2:
+                continue
+            fields: dict[str, Any] = {"host": host, "app": app}
+            if rng.random() < 0.3:
+                fields.update(close_wait_count=rng.randint(1, 6), close_wait_oldest_age_s=90.0)
+            if rng.random() < 0.2:
+                fields.update(closes_after_idle=1, closes_after_idle_local=1, opens=1)
+            batch.append(_at(m, **fields))
+            if m > 3 and rng.random() < 0.1:  # late data for an older window
+                batch.append(_at(m - rng.randint(1, 3), **fields))
+        batches.append(batch)
+    return batches
+
+
+def _at(minute: int, **fields: Any) -> Aggregate:
+    t0 = epoch("2026-11-21T05:00:00.000Z") + 60 * minute
+    return agg(0, window_start=iso(t0), window_end=iso(t0 + 60), **fields)
+
+
+def _copy(batch: list[Aggregate]) -> list[Aggregate]:
+    return [dataclasses.replace(a) for a in batch]  # the tracker stamps what it publishes
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_restored_from_a_snapshot_and_deltas_it_behaves_as_if_never_stopped(seed):
+    batches = _workload(seed)
+    steady = tracker()
+    expected = [steady.process(_copy(b), {}) for b in batches]
+    assert sum(len(o.findings) for o in expected) > 50  # the workload exercises the detectors
+    snapshot, deltas = None, []
+    for i, b in enumerate(batches):
+        t = tracker()  # a restart before every batch
+        if snapshot is not None:
+            t.load_state(snapshot, deltas)
+        assert t.process(_copy(b), {}) == expected[i], f"batch {i}"
+        if i % 7 == 0:
+            snapshot, deltas = json.loads(json.dumps(t.to_state())), []
+        else:
+            deltas.append(json.loads(json.dumps(t.to_delta())))
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_pruning_touched_series_only_matches_pruning_every_series_each_batch(seed):
+    lazy, eager = tracker(), tracker()
+    held = []
+    for i, b in enumerate(_workload(seed)):
+        assert lazy.process(_copy(b), {}) == eager.process(_copy(b), {}), f"batch {i}"
+        for series in list(eager.history):
+            eager._prune_series(series, eager._horizon())
+        held.append(len(lazy.history))
+    assert min(held[40:]) < 12  # long-silent series were forgotten on the way
+
+
+def test_only_firing_findings_and_recent_series_are_remembered():
+    t = tracker()
+    t.process([leak(0)], {})
+    t.process([agg(10, host="web-2")], {})  # web-1's finding resolves as stale
+    assert list(t.findings) == []
+    assert set(t.history) == {"client|web-1|orders|2", "client|web-2|orders|2"}
+    t.process([_at(45, host="web-2")], {})  # 35 min later: web-1 is past the history kept
+    assert set(t.history) == {"client|web-2|orders|2"}
