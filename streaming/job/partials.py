@@ -91,6 +91,9 @@ _STATE_COLS = tuple(
 )
 
 
+_COPIED = ("window_start_s", *SERIES, *MAX_FIELDS, *MIN_FIELDS)
+
+
 def _max(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
 
@@ -133,9 +136,18 @@ def merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
 
 
 def new_window(part: Mapping[str, Any]) -> dict[str, Any]:
-    """An open window started from its first partial row."""
-    w: dict[str, Any] = {k: part.get(k) for k in ("window_start_s", *SERIES)}
-    merge(w, part)
+    """An open window started from its first partial row: ``merge`` into an empty window,
+    spelled out (most partial rows of a batch open a window)."""
+    w: dict[str, Any] = {k: part.get(k) for k in _COPIED}
+    for f in SUM_FIELDS:
+        w[f] = 0 + (part.get(f) or 0)
+    for _state, _names, cols in _STATE_COLS:
+        if part.get(cols[0]) is not None:
+            for c in cols:
+                w[c] = part.get(c)
+    for f, t, _newest in HB_BY_TIME:
+        if part.get(t) is not None:
+            w[f], w[f"_{f}_t"] = part.get(f), part[t]
     return w
 
 
@@ -151,18 +163,21 @@ def _slope(w: Mapping[str, Any]) -> float | None:
     return (w["cw_stn"] / n - mt * mc) / var
 
 
+_FINISHED = (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
+_STATE_ROW = tuple((state_col(st), names, cols) for st, names, cols in _STATE_COLS)
+
+
 def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
     """An open window as the row ``records.to_aggregate`` reads."""
-    row: dict[str, Any] = {k: w.get(k) for k in (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS)}
+    get = w.get
+    row: dict[str, Any] = {k: get(k) for k in _FINISHED}
     row["window_start_s"] = w["window_start_s"]
     row["window_end_s"] = w["window_start_s"] + window_s
-    for f, _t, _newest in HB_BY_TIME:
-        row[f] = w.get(f)
-    for state, names, cols in _STATE_COLS:
-        if w.get(cols[0]) is None:
-            row[state_col(state)] = None
+    for col, names, cols in _STATE_ROW:
+        if get(cols[0]) is None:
+            row[col] = None
         else:
-            row[state_col(state)] = {n: w.get(c) for n, c in zip(names, cols, strict=True)}
+            row[col] = {n: get(c) for n, c in zip(names, cols, strict=True)}
     row["close_wait_slope_per_s"] = _slope(w)
     n = w.get("lifetime_n") or 0
     row["lifetime_avg_s"] = w["lifetime_sum_s"] / n if n else None
@@ -222,7 +237,8 @@ class WindowState:
             else:
                 merge(w, part)
             touched[key] = None
-        rows = [finish(self.open[k], self.window_s) for k in touched]
+        order = sorted(touched, key=lambda k: (self.open[k]["window_start_s"], k))
+        rows = [finish(self.open[k], self.window_s) for k in order]
         self.max_event_s = newest
         self.late_total += late
         self.dead_letter_total += sum(rejected.values())
@@ -231,7 +247,6 @@ class WindowState:
             self.open = {
                 k: w for k, w in self.open.items() if w["window_start_s"] + self.window_s > new_wm
             }
-        rows.sort(key=lambda r: (r["window_start_s"], window_key(r)))
         return BatchResult(rows, late, rejected, wm, self.max_event_s)
 
     def to_state(self) -> dict[str, Any]:

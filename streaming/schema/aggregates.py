@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -73,11 +74,13 @@ class Aggregate:
     host_attempt_fails_per_min: float | None = None
     last_event_time: str | None = None
 
-    @property
+    # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
+    # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).
+    @cached_property
     def series(self) -> str:
         return series_key(self.side, self.host, self.app, self.broker, self.peer_host)
 
-    @property
+    @cached_property
     def client(self) -> str:
         return client_id(self.side, self.host, self.app, self.peer_host)
 
