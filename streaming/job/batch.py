@@ -50,11 +50,13 @@ def check_checkpoint(state: StateFiles, cfg: DetectorConfig) -> None:
         saved = state.load_before(sys.maxsize)
         if saved is None:
             return
-        if "windows" not in saved.newest:
+        if "windows" not in saved.snapshot:
             raise ConfigError(
                 f"checkpoint: {state.dir.parent} was written by an older job layout; use a new one"
             )
-        WindowState(cfg.window_s, cfg.watermark_s).load_state(saved.newest["windows"])
+        WindowState(cfg.window_s, cfg.watermark_s).load_state(
+            saved.snapshot["windows"], [d["windows"] for d in saved.deltas]
+        )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
@@ -116,7 +118,7 @@ class BatchProcessor:
         saved = self.state.load_before(batch_id)
         if saved is not None:
             self.tracker.load_state(saved.snapshot["tracker"], [d["tracker"] for d in saved.deltas])
-            self.windows.load_state(saved.newest["windows"])
+            self.windows.load_state(saved.snapshot["windows"], [d["windows"] for d in saved.deltas])
             log.info(
                 "detector state restored from batch %d (%d delta(s)) for batch %d",
                 saved.batch_id,
@@ -170,9 +172,10 @@ class BatchProcessor:
         self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
         t2 = time.perf_counter()
         snapshot = self.state.wants_snapshot(batch_id)
-        state: dict[str, Any] = {
-            "tracker": self.tracker.to_state() if snapshot else self.tracker.to_delta(),
-            "windows": self.windows.to_state(),
+        parts = (self.tracker, self.windows)
+        state = {
+            name: part.to_state() if snapshot else part.to_delta()
+            for name, part in zip(("tracker", "windows"), parts, strict=True)
         }
         self.state.save(batch_id, state, snapshot)
         self.timings = (t1 - t0, t2 - t1, time.perf_counter() - t2)

@@ -210,6 +210,9 @@ class WindowState:
     max_event_s: float | None = None
     late_total: int = 0
     dead_letter_total: int = 0
+    # since the last to_state/to_delta: windows merged into, windows evicted
+    _changed: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _evicted: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def watermark(self) -> float | None:
         return None if self.max_event_s is None else self.max_event_s - self.watermark_s
@@ -234,6 +237,7 @@ class WindowState:
             w = self.open.get(key)
             if w is None:
                 self.open[key] = new_window(part)
+                self._evicted.discard(key)
             else:
                 merge(w, part)
             touched[key] = None
@@ -242,37 +246,70 @@ class WindowState:
         self.max_event_s = newest
         self.late_total += late
         self.dead_letter_total += sum(rejected.values())
+        self._changed.update(touched)
         new_wm = self.watermark()
         if new_wm is not None:
-            self.open = {
-                k: w for k, w in self.open.items() if w["window_start_s"] + self.window_s > new_wm
-            }
+            closed = [
+                k for k, w in self.open.items() if w["window_start_s"] + self.window_s <= new_wm
+            ]
+            for k in closed:
+                del self.open[k]
+            self._evicted.update(closed)
         return BatchResult(rows, late, rejected, wm, self.max_event_s)
 
     def to_state(self) -> dict[str, Any]:
-        # Rows under one field list: a dict per window repeated its ~60 keys (half the bytes).
-        fields = sorted(set().union(*self.open.values()))
+        """Every open window (a snapshot)."""
+        self._changed, self._evicted = set(), set()
+        return {"window_s": self.window_s, **self._counters(), **_as_rows(self.open.values())}
+
+    def to_delta(self) -> dict[str, Any]:
+        """Windows merged into or evicted since the last ``to_state``/``to_delta``: in a live
+        fleet every series touches its current window each batch, but the open windows of the
+        watermark's span are several times more."""
+        changed, self._changed = self._changed, set()
+        evicted, self._evicted = self._evicted, set()
+        touched = [self.open[k] for k in sorted(changed) if k in self.open]
         return {
             "window_s": self.window_s,
-            "open_fields": fields,
-            "open_rows": [[w.get(f) for f in fields] for w in self.open.values()],
+            **self._counters(),
+            **_as_rows(touched),
+            "evicted": sorted(evicted),
+        }
+
+    def _counters(self) -> dict[str, Any]:
+        return {
             "max_event_s": self.max_event_s,
             "late_total": self.late_total,
             "dead_letter_total": self.dead_letter_total,
         }
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
+    def load_state(
+        self, state: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
+        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
         if not math.isclose(state["window_s"], self.window_s):
             raise ValueError(
                 f"detectors.window_s: the checkpoint has {state['window_s']} s windows, the "
                 f"config {self.window_s} s; use a new checkpoint to change it"
             )
-        if "open" in state:  # written before open windows were saved as rows
-            opened = state["open"]
-        else:
-            fields = state["open_fields"]
-            opened = [dict(zip(fields, row, strict=True)) for row in state["open_rows"]]
-        self.open = {window_key(w): w for w in opened}
-        self.max_event_s = state["max_event_s"]
-        self.late_total = state["late_total"]
-        self.dead_letter_total = state["dead_letter_total"]
+        self.open = {}
+        for part in (state, *deltas):
+            for k in part.get("evicted", ()):
+                self.open.pop(k, None)
+            if "open" in part:  # written before open windows were saved as rows
+                opened = part["open"]
+            else:
+                fields = part["open_fields"]
+                opened = [dict(zip(fields, row, strict=True)) for row in part["open_rows"]]
+            self.open.update((window_key(w), w) for w in opened)
+            self.max_event_s = part["max_event_s"]
+            self.late_total = part["late_total"]
+            self.dead_letter_total = part["dead_letter_total"]
+        self._changed, self._evicted = set(), set()
+
+
+def _as_rows(windows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Windows as rows under one field list: a dict per window repeated its ~60 keys."""
+    ws = list(windows)
+    fields = sorted(set().union(*ws))
+    return {"open_fields": fields, "open_rows": [[w.get(f) for f in fields] for w in ws]}

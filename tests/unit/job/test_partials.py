@@ -3,6 +3,7 @@ the batch processor's restart behaviour (no Spark: partial rows are written by h
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -110,6 +111,56 @@ def test_state_round_trips_through_json():
     again.load_state(json.loads(json.dumps(ws.to_state())))
     more = [part(**cw(T0 + 15, 2, 15.0))]
     assert again.apply(more).rows == ws.apply(more).rows
+
+
+def _batches() -> list[list[dict]]:
+    """Ten hosts report every 20 s for 8 minutes, one batch per 20 s; host 9 only at first."""
+    out = []
+    for b in range(24):
+        t = T0 + 20 * b
+        start = t - t % 60
+        hosts = range(10) if b < 3 else range(9)
+        rows = [part(start, host=f"app-{h}", last_event_s=t + 1, **cw(t + 1, b % 4, 20.0 * b))
+                for h in hosts]  # fmt: skip
+        if b % 5 == 4:
+            rows.append(part(start - 240, events=3))  # late by then
+        out.append(rows)
+    return out
+
+
+def test_restored_from_a_snapshot_and_deltas_the_windows_behave_as_if_never_stopped():
+    steady = WindowState(60.0, 120.0)
+    expected, opened = [], [{}]
+    for b in _batches():
+        expected.append(steady.apply(b))
+        opened.append(copy.deepcopy(steady.open))
+    assert sum(r.late for r in expected) > 0
+    snapshot, deltas = None, []
+    for i, b in enumerate(_batches()):
+        ws = WindowState(60.0, 120.0)  # a restart before every batch
+        if snapshot is not None:
+            ws.load_state(snapshot, deltas)
+        assert ws.open == opened[i], f"restored before batch {i}"
+        assert ws.apply(b) == expected[i], f"batch {i}"
+        if i % 10 == 0:
+            snapshot, deltas = json.loads(json.dumps(ws.to_state())), []
+        else:
+            deltas.append(json.loads(json.dumps(ws.to_delta())))
+    assert (ws.late_total, ws.max_event_s) == (steady.late_total, steady.max_event_s)
+    assert ws.open == steady.open
+
+
+def test_a_delta_holds_the_windows_a_batch_touched_and_the_evicted_keys():
+    ws = WindowState(60.0, 120.0)
+    ws.apply([part(T0, host=f"app-{h}") for h in range(5)])
+    ws.to_state()
+    ws.apply([part(T0, host="app-1", events=2)])
+    delta = ws.to_delta()
+    assert [row[delta["open_fields"].index("host")] for row in delta["open_rows"]] == ["app-1"]
+    assert delta["evicted"] == []
+    ws.apply([part(T0 + 600, host="app-1", last_event_s=T0 + 601)])  # closes minute 0
+    delta = ws.to_delta()
+    assert len(delta["evicted"]) == 5 and len(delta["open_rows"]) == 1
 
 
 def test_a_checkpoint_with_other_windows_is_refused_by_setting_name():
