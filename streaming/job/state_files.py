@@ -1,5 +1,5 @@
-"""The detector state saved next to Spark's checkpoint: a snapshot now and then, a delta (what
-changed) after every other batch.
+"""The window and detector state saved next to Spark's checkpoint: a snapshot now and then, and
+for every batch in between a delta (what that batch changed).
 
 A restarted query re-runs its last uncommitted batch with the same id and data; loading the
 state saved *before* that id (the newest snapshot below it and every delta after that
