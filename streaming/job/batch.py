@@ -92,6 +92,7 @@ class BatchProcessor:
         self.tracker = Tracker(cfg, clock)
         self.windows = self._new_windows()
         self.last_batch: int | None = None
+        self._base: int | None = None  # batch whose saved state the in-memory state equals
         self.stats: BatchStats | None = None
         self.timings = (0.0, 0.0, 0.0)  # last batch: detectors, publish, state save (s)
 
@@ -116,6 +117,7 @@ class BatchProcessor:
         self.tracker = Tracker(self.cfg, self.clock)
         self.windows = self._new_windows()
         saved = self.state.load_before(batch_id)
+        self._base = None if saved is None else saved.batch_id
         if saved is not None:
             self.tracker.load_state(saved.snapshot["tracker"], [d["tracker"] for d in saved.deltas])
             self.windows.load_state(saved.snapshot["windows"], [d["windows"] for d in saved.deltas])
@@ -164,6 +166,10 @@ class BatchProcessor:
         t0 = time.perf_counter()
         aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
         out = self.tracker.process(aggs, host_rates)
+        # A delta must sit on the state saved for the batch before; if that file is missing
+        # (lost after a crash), the state came from an older one: start a new snapshot. Decided
+        # before publishing, so a broken chain fails the batch before anything is sent.
+        snapshot = self._base != batch_id - 1 or self.state.wants_snapshot(batch_id)
         pairs = [(a.series, a) for a in out.aggregates]
         if self.latest_only:
             pairs = list({k: a for k, a in pairs}.items())
@@ -171,13 +177,13 @@ class BatchProcessor:
         self.sink.publish(self.aggregates_topic, [(k, a.to_dict()) for k, a in pairs])
         self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
         t2 = time.perf_counter()
-        snapshot = self.state.wants_snapshot(batch_id)
         parts = (self.tracker, self.windows)
         state = {
             name: part.to_state() if snapshot else part.to_delta()
             for name, part in zip(("tracker", "windows"), parts, strict=True)
         }
         self.state.save(batch_id, state, snapshot)
+        self._base = batch_id
         self.timings = (t1 - t0, t2 - t1, time.perf_counter() - t2)
         self.last_batch = batch_id
         self.stats = BatchStats(

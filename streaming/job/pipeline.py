@@ -254,7 +254,7 @@ def _window_end(agg: Aggregate) -> str:
 def write_jsonl(
     path: str, records: list[dict[str, Any]], echo: Callable[[str], None] | None
 ) -> None:
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         for r in records:
             line = dumps(r)
             f.write(line + "\n")

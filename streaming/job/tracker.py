@@ -153,6 +153,8 @@ class Tracker:
                 self._touched.add(agg.series)
                 self._prune_series(agg.series, horizon)
             self._update(agg, out)
+        # Pushed even when the newest end did not change: the newest window may have fired
+        # again after its earlier entry was already taken for the stale check.
         for series in self._touched:
             ws = self.history[series]
             heapq.heappush(self._stale_heap, (_epoch(ws[-1].window_end), series))

@@ -213,3 +213,17 @@ def test_a_checkpoint_with_other_windows_fails_at_start_naming_the_setting(tmp_p
     StateFiles(tmp_path).save(1, {"history": {}}, snapshot=True)  # no window state in it
     with pytest.raises(ConfigError, match=r"^checkpoint: .* older job layout"):
         check_checkpoint(StateFiles(tmp_path), DetectorConfig())
+
+
+def test_a_lost_state_file_starts_a_new_snapshot_instead_of_a_broken_chain(tmp_path):
+    p = _processor(tmp_path, MemorySink())
+    p.process_partials([part(T0, host=f"app-{h}") for h in range(30)], 0)  # a big snapshot
+    for i in (1, 2):  # small deltas
+        p.process_partials([part(T0 + 60 * i, **cw(T0 + 60 * i + 5, 2, 100.0))], i)
+    (StateFiles(tmp_path).dir / "2.delta.json").unlink()  # lost in a power cut, say
+    restarted = _processor(tmp_path, MemorySink())
+    restarted.process_partials([part(T0 + 180)], 3)  # restored from batch 1
+    restarted.process_partials([part(T0 + 240)], 4)
+    names = sorted(f.name for f in StateFiles(tmp_path).dir.iterdir())
+    assert names == ["3.json", "4.delta.json"]
+    check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # the next start is fine
