@@ -101,8 +101,18 @@ class StateFiles:
         # before it is saved again); two would be ambiguous.
         (self.dir / f"{batch_id}{other}").unlink(missing_ok=True)
         tmp = self.dir / f".{batch_id}{suffix}.tmp"
-        tmp.write_bytes(orjson.dumps(state))
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(state))
+            f.flush()
+            os.fsync(f.fileno())  # a later batch's delta relies on this file: durable first
         os.replace(tmp, self.dir / f"{batch_id}{suffix}")
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # and the rename with it
+        finally:
+            os.close(fd)
+        for left in self.dir.glob(".*.tmp"):  # from attempts that crashed mid-write
+            left.unlink(missing_ok=True)
         # A re-run of this batch needs the chain below it; nothing older.
         below = self._chain(batch_id)
         first = below[0][0] if below else batch_id

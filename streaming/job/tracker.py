@@ -73,6 +73,7 @@ class Tracker:
         self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
         # (newest window end, series): candidates for the stale check, then for removal
         self._stale_heap: list[tuple[float, str]] = []
+        self._stale_end: dict[str, float] = {}  # series -> end of its live stale-heap entry
         self._expire_heap: list[tuple[float, str]] = []
         self._touched: set[str] = set()  # this batch
         self._changed: set[str] = set()  # series changed since the last saved state
@@ -133,7 +134,8 @@ class Tracker:
                 else:
                     self.findings[k] = Finding.from_dict(f)
             self.max_window_end = part["max_window_end"]
-        self._stale_heap = [(_epoch(ws[-1].window_end), s) for s, ws in self.history.items()]
+        self._stale_end = {s: _epoch(ws[-1].window_end) for s, ws in self.history.items()}
+        self._stale_heap = [(end, s) for s, end in self._stale_end.items()]
         heapq.heapify(self._stale_heap)
         self._expire_heap = []
         self._changed.clear()
@@ -153,11 +155,13 @@ class Tracker:
                 self._touched.add(agg.series)
                 self._prune_series(agg.series, horizon)
             self._update(agg, out)
-        # Pushed even when the newest end did not change: the newest window may have fired
-        # again after its earlier entry was already taken for the stale check.
+        # One live entry per series: pushed when its newest end moved, or when its entry was
+        # already taken for the stale check (the newest window may have fired again since).
         for series in self._touched:
-            ws = self.history[series]
-            heapq.heappush(self._stale_heap, (_epoch(ws[-1].window_end), series))
+            end = _epoch(self.history[series][-1].window_end)
+            if self._stale_end.get(series) != end:
+                self._stale_end[series] = end
+                heapq.heappush(self._stale_heap, (end, series))
         self._changed |= self._touched
         self._resolve_stale(out)
         horizon = self._horizon()
@@ -267,9 +271,12 @@ class Tracker:
         due: set[str] = set()  # a series may have several entries with its newest end
         while self._stale_heap and self._stale_heap[0][0] < stale:
             end, series = heapq.heappop(self._stale_heap)
+            if self._stale_end.get(series) != end:
+                continue  # superseded: the series has a newer window and a newer entry
+            del self._stale_end[series]
             ws = self.history.get(series)
-            if not ws or _epoch(ws[-1].window_end) != end:
-                continue  # gone, or it has a newer window (and a newer heap entry)
+            if not ws:
+                continue  # gone
             last = ws[-1]
             due.update(k for kind in DETECTORS if (k := self._key(last, kind)) in self.findings)
             heapq.heappush(self._expire_heap, (end, series))
