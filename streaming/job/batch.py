@@ -91,8 +91,9 @@ class BatchProcessor:
         self.latest_only = latest_only  # compacted topic: only a series' newest window matters
         self.tracker = Tracker(cfg, clock)
         self.windows = self._new_windows()
-        self.last_batch: int | None = None
-        self._base: int | None = None  # batch whose saved state the in-memory state equals
+        # The batch whose saved state the in-memory state equals; None while a batch is in
+        # flight (a failure midway then forces a reload) or before anything was saved.
+        self._base: int | None = None
         self.stats: BatchStats | None = None
         self.timings = (0.0, 0.0, 0.0)  # last batch: detectors, publish, state save (s)
 
@@ -107,11 +108,13 @@ class BatchProcessor:
     def _new_windows(self) -> WindowState:
         return WindowState(self.cfg.window_s, self.cfg.watermark_s)
 
-    def _restore(self, batch_id: int) -> None:
-        """Bring the state to right before ``batch_id`` (after a restart or a retry)."""
-        if self.last_batch is None or self.last_batch != batch_id - 1:
+    def _restore(self, batch_id: int) -> int | None:
+        """Bring the state to right before ``batch_id`` (after a restart or a retry); returns
+        the batch whose saved state it is (below ``batch_id - 1`` if a file was lost)."""
+        if self._base != batch_id - 1:
             self._reload(batch_id)
-        self.last_batch = None  # until this batch is done: a failure midway forces a reload
+        base, self._base = self._base, None
+        return base
 
     def _reload(self, batch_id: int) -> None:
         self.tracker = Tracker(self.cfg, self.clock)
@@ -133,12 +136,12 @@ class BatchProcessor:
         df = self.decode(raw, now=time.time())
         rows = [r.asDict() for r in self.partials(df).collect()]
         t1 = time.perf_counter()
-        self._restore(batch_id)
+        base = self._restore(batch_id)
         result = self.windows.apply(rows)
         if result.rejected:  # a second read of this batch, only when it holds bad records
             self.write_dead_letters(df, batch_id)
         t2 = time.perf_counter()
-        out = self._publish(result, batch_id)
+        out = self._publish(result, batch_id, base)
         detect, publish, save = self.timings
         log.info(
             "batch %d: %d partial row(s) -> %d window(s), %d dead letter(s), %d late; "
@@ -159,17 +162,17 @@ class BatchProcessor:
 
     def process_partials(self, rows: list[dict[str, Any]], batch_id: int) -> Output:
         """The driver side of a batch from already collected partial rows (no dead letters)."""
-        self._restore(batch_id)
-        return self._publish(self.windows.apply(rows), batch_id)
+        base = self._restore(batch_id)
+        return self._publish(self.windows.apply(rows), batch_id, base)
 
-    def _publish(self, result: BatchResult, batch_id: int) -> Output:
+    def _publish(self, result: BatchResult, batch_id: int, base: int | None) -> Output:
         t0 = time.perf_counter()
         aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
         out = self.tracker.process(aggs, host_rates)
         # A delta must sit on the state saved for the batch before; if that file is missing
         # (lost after a crash), the state came from an older one: start a new snapshot. Decided
         # before publishing, so a broken chain fails the batch before anything is sent.
-        snapshot = self._base != batch_id - 1 or self.state.wants_snapshot(batch_id)
+        snapshot = base != batch_id - 1 or self.state.wants_snapshot(batch_id)
         pairs = [(a.series, a) for a in out.aggregates]
         if self.latest_only:
             pairs = list({k: a for k, a in pairs}.items())
@@ -185,7 +188,6 @@ class BatchProcessor:
         self.state.save(batch_id, state, snapshot)
         self._base = batch_id
         self.timings = (t1 - t0, t2 - t1, time.perf_counter() - t2)
-        self.last_batch = batch_id
         self.stats = BatchStats(
             batch_id,
             result.watermark_s,

@@ -170,16 +170,6 @@ class Decoder:
         )
 
 
-def decode(
-    raw: DataFrame,
-    max_age_s: float | None = 86400.0,
-    max_future_s: float | None = 300.0,
-    now: float | None = None,
-) -> DataFrame:
-    """``Decoder(max_age_s, max_future_s)(raw, now)``, for a single use."""
-    return Decoder(max_age_s, max_future_s)(raw, now)
-
-
 def dead_letters(decoded: DataFrame) -> DataFrame:
     """Rejected records as Kafka ``key``/``value`` (docs/topics.md, schema 1) plus ``reason``."""
     value = F.to_json(

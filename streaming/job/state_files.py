@@ -32,10 +32,6 @@ class Saved:
     snapshot: dict[str, Any]
     deltas: list[dict[str, Any]]
 
-    @property
-    def newest(self) -> dict[str, Any]:
-        return self.deltas[-1] if self.deltas else self.snapshot
-
 
 class StateFiles:
     """``<checkpoint>/detector-state/<batch_id>.json`` (snapshot) or ``.delta.json``,
@@ -46,14 +42,13 @@ class StateFiles:
         self.max_deltas = max_deltas
 
     def _files(self) -> dict[int, Path]:
-        """Batch id -> its file; a snapshot wins over a delta of the same id."""
+        """Batch id -> its file (``save`` never leaves two for one id)."""
         if not self.dir.is_dir():
             return {}
         found: dict[int, Path] = {}
         for p in self.dir.iterdir():
             stem = p.name.removesuffix(DELTA).removesuffix(SNAPSHOT)
-            ours = stem.isdigit() and p.name in (stem + DELTA, stem + SNAPSHOT)
-            if ours and (int(stem) not in found or self._is_snapshot(p)):
+            if stem.isdigit() and p.name in (stem + DELTA, stem + SNAPSHOT):
                 found[int(stem)] = p
         return found
 

@@ -12,17 +12,19 @@ def iso(value: datetime | float | None) -> str | None:
         return None
     if isinstance(value, int | float):
         return _iso_epoch(value)
-    elif value.tzinfo is None:
+    if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return _format(value.astimezone(UTC))
+
+
+def _format(d: datetime) -> str:
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
 
 
 @lru_cache(maxsize=65536)
 def _iso_epoch(value: float) -> str:
     """Window bounds repeat across a batch's thousands of series: cached."""
-    d = datetime.fromtimestamp(value, UTC)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+    return _format(datetime.fromtimestamp(value, UTC))
 
 
 @lru_cache(maxsize=65536)

@@ -75,7 +75,6 @@ class Tracker:
         self._stale_heap: list[tuple[float, str]] = []
         self._stale_end: dict[str, float] = {}  # series -> end of its live stale-heap entry
         self._expire_heap: list[tuple[float, str]] = []
-        self._touched: set[str] = set()  # this batch
         self._changed: set[str] = set()  # series changed since the last saved state
         self._changed_findings: set[str] = set()
 
@@ -149,23 +148,23 @@ class Tracker:
         batch = list(aggregates) + self._host_series(host_rates)
         out = Output([], [])
         horizon = self._horizon()  # as the previous batch left it
-        self._touched = set()
+        touched: set[str] = set()
         for agg in sorted(batch, key=lambda a: (a.window_start, a.series)):
-            if agg.series not in self._touched:
-                self._touched.add(agg.series)
+            if agg.series not in touched:
+                touched.add(agg.series)
                 self._prune_series(agg.series, horizon)
             self._update(agg, out)
         # One live entry per series: pushed when its newest end moved, or when its entry was
         # already taken for the stale check (the newest window may have fired again since).
-        for series in self._touched:
+        for series in touched:
             end = _epoch(self.history[series][-1].window_end)
             if self._stale_end.get(series) != end:
                 self._stale_end[series] = end
                 heapq.heappush(self._stale_heap, (end, series))
-        self._changed |= self._touched
+        self._changed |= touched
         self._resolve_stale(out)
         horizon = self._horizon()
-        for series in self._touched:
+        for series in touched:
             self._prune_series(series, horizon)
         self._expire(horizon)
         return out

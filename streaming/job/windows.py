@@ -77,7 +77,7 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
 
 
 class Partials:
-    """``parse.decode`` output (a static frame: one micro-batch) -> one partial row per
+    """``parse.Decoder`` output (a static frame: one micro-batch) -> one partial row per
     (window, series, string values) for valid events, and one per reason for rejected ones.
     Times are epoch seconds (``collect()`` would turn timestamps into naive local times).
     Columns are built once and reused for every batch (see ``parse.Decoder``)."""
@@ -105,8 +105,3 @@ class Partials:
 
     def __call__(self, decoded: DataFrame) -> DataFrame:
         return decoded.groupBy(*self.keys).agg(*self.aggs)
-
-
-def partials(decoded: DataFrame, cfg: DetectorConfig) -> DataFrame:
-    """``Partials(cfg)(decoded)``, for a single use."""
-    return Partials(cfg)(decoded)

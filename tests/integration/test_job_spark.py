@@ -45,7 +45,7 @@ def _raw(spark, lines: list[str]):
 
 
 def test_malformed_records_get_the_documented_reasons(spark):
-    decoded = parse.decode(_raw(spark, gen.MALFORMED), max_age_s=86400.0 * 3650, max_future_s=300)
+    decoded = parse.Decoder(max_age_s=86400.0 * 3650, max_future_s=300)(_raw(spark, gen.MALFORMED))
     got = decoded.select("offset", "reason")
     expected = spark.createDataFrame(
         list(enumerate(gen.MALFORMED_REASONS)), "offset long, reason string"
@@ -56,7 +56,7 @@ def test_malformed_records_get_the_documented_reasons(spark):
 
 
 def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):
-    decoded = parse.decode(_raw(spark, gen.MALFORMED[:1]), max_age_s=None, max_future_s=None)
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, gen.MALFORMED[:1]))
     (row,) = parse.dead_letters(decoded).collect()
     value = json.loads(row.value)
     assert row.key == "0:0"
@@ -69,10 +69,10 @@ def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):
 
 def test_valid_events_pass_and_old_events_are_out_of_range(spark):
     lines = [json.dumps(e) for e in gen.healthy(gen.RECORDED_START, duration_s=20)]
-    decoded = parse.decode(_raw(spark, lines), max_age_s=None, max_future_s=None)
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, lines))
     assert decoded.where("reason IS NOT NULL").count() == 0
     # the recording is from 2026-11-21 04:00; with a 1-second age limit it is all too old
-    old = parse.decode(_raw(spark, lines), max_age_s=1.0, max_future_s=None)
+    old = parse.Decoder(max_age_s=1.0, max_future_s=None)(_raw(spark, lines))
     assert {r.reason for r in old.select("reason").distinct().collect()} <= {"time_out_of_range"}
 
 
@@ -83,8 +83,8 @@ def _window_rows(spark, lines: list[str], batches: int = 1) -> list[dict]:
     state = WindowState(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
     rows: dict[str, dict] = {}
     for b in range(batches):
-        decoded = parse.decode(_raw(spark, lines[b::batches]), None, None)
-        parts = [r.asDict() for r in windows.partials(decoded, cfg).collect()]
+        decoded = parse.Decoder(None, None)(_raw(spark, lines[b::batches]))
+        parts = [r.asDict() for r in windows.Partials(cfg)(decoded).collect()]
         rows.update({window_key(r): r for r in state.apply(parts).rows})
     return sorted(rows.values(), key=lambda r: (r["window_start_s"], window_key(r)))
 
@@ -150,7 +150,7 @@ def test_the_window_aggregation_is_a_code_generated_hash_aggregate(spark):
     # SortAggregate (string or struct buffers) cost about a third more per batch; see
     # benchmarks/job/README.md. A new aggregate with a non-fixed-width buffer brings it back.
     lines = (FIXTURES / "healthy.jsonl").read_text().splitlines()
-    df = windows.partials(parse.decode(_raw(spark, lines), None, None), DetectorConfig())
+    df = windows.Partials(DetectorConfig())(parse.Decoder(None, None)(_raw(spark, lines)))
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "HashAggregate" in plan
     assert "SortAggregate" not in plan and "ObjectHashAggregate" not in plan

@@ -19,8 +19,8 @@ def test_state_files_load_a_snapshot_and_the_deltas_after_it(tmp_path):
         sf.save(i, {"batch": i}, snapshot=False)
     saved = sf.load_before(3)
     assert (saved.batch_id, saved.snapshot["batch"]) == (2, 0)
-    assert [d["batch"] for d in saved.deltas] == [1, 2] and saved.newest == {"batch": 2}
-    assert sf.load_before(100).newest == {"batch": 3}
+    assert [d["batch"] for d in saved.deltas] == [1, 2] and saved.deltas[-1] == {"batch": 2}
+    assert sf.load_before(100).deltas[-1] == {"batch": 3}
 
 
 def test_state_files_snapshot_again_once_the_deltas_outgrow_the_snapshot(tmp_path):
@@ -43,10 +43,10 @@ def test_state_files_keep_what_a_re_run_of_the_newest_batch_needs(tmp_path):
         sf.save(i, {"batch": i}, snapshot=snap)
     # batch 5 may still be re-run: it needs snapshot 3 and delta 4; 0-2 are gone
     assert sorted(p.name for p in sf.dir.iterdir()) == ["3.json", "4.delta.json", "5.json"]
-    assert sf.load_before(5).newest == {"batch": 4}
+    assert sf.load_before(5).deltas[-1] == {"batch": 4}
     sf.save(5, {"batch": "5 again"}, snapshot=False)  # the re-run writes a delta this time
     assert sorted(p.name for p in sf.dir.iterdir()) == ["3.json", "4.delta.json", "5.delta.json"]
-    assert sf.load_before(6).newest == {"batch": "5 again"}
+    assert sf.load_before(6).deltas[-1] == {"batch": "5 again"}
 
 
 def test_state_files_refuse_a_chain_with_a_hole(tmp_path):
