@@ -140,7 +140,7 @@ def new_window(part: Mapping[str, Any]) -> dict[str, Any]:
     spelled out (most partial rows of a batch open a window)."""
     w: dict[str, Any] = {k: part.get(k) for k in _COPIED}
     for f in SUM_FIELDS:
-        w[f] = 0 + (part.get(f) or 0)
+        w[f] = part.get(f) or 0
     for _state, _names, cols in _STATE_COLS:
         if part.get(cols[0]) is not None:
             for c in cols:

@@ -11,7 +11,7 @@ import pytest
 from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
 from streaming.job.batch import BatchProcessor, check_checkpoint
-from streaming.job.partials import WindowState, flat_col
+from streaming.job.partials import SERIES, WindowState, flat_col, merge, new_window
 from streaming.job.sinks import MemorySink
 from streaming.job.state_files import StateFiles
 
@@ -227,3 +227,15 @@ def test_a_lost_state_file_starts_a_new_snapshot_instead_of_a_broken_chain(tmp_p
     names = sorted(f.name for f in StateFiles(tmp_path).dir.iterdir())
     assert names == ["3.json", "4.delta.json"]
     check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # the next start is fine
+
+
+def test_a_new_window_is_the_generic_merge_into_an_empty_window():
+    full = part(events=5, opens=2, lifetime_sum_s=0.0, lifetime_n=0, cw_n=1, cw_st=3.0,
+                hb_t_first=T0 + 5, hb_fails_first=10, hb_t_last=T0 + 7, hb_fails_last=12,
+                **cw(T0 + 30, 3, 100.0))  # fmt: skip
+    for p in (full, part(), part(events=None)):
+        empty = {k: p.get(k) for k in ("window_start_s", *SERIES)}
+        merge(empty, p)
+        made = new_window(p)
+        assert made == empty
+        assert [type(made[k]) for k in made] == [type(empty[k]) for k in made]  # 0 vs 0.0
