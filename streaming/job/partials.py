@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streaming.schema.aggregates import key_part
 from streaming.schema.events import STATE_NAMES
 
 # Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
@@ -184,11 +185,16 @@ def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
     return row
 
 
+_KEY_FIELDS = ("window_start_s", *SERIES)
+
+
 def window_key(part: Mapping[str, Any]) -> str:
     """JSON-safe key of a (window, series)."""
-    return "|".join(
-        "" if part.get(k) is None else str(part.get(k)) for k in ("window_start_s", *SERIES)
-    )
+    values = ["" if part.get(k) is None else str(part.get(k)) for k in _KEY_FIELDS]
+    key = "|".join(values)
+    if key.count("|") != len(values) - 1 or "%" in key:  # rare: escape, keep keys distinct
+        key = "|".join(key_part(v) for v in values)
+    return key
 
 
 @dataclass

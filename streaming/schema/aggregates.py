@@ -16,19 +16,34 @@ SCHEMA_VERSION = 1
 HOST_SERIES = "*"
 
 
+# Percent-encoding of the key separators, so two different series never share a key. Names
+# without '%', '|' or ':' (all usual host, app and broker names) are left as they are.
+_ESCAPE_BAR = str.maketrans({"%": "%25", "|": "%7C"})
+_ESCAPE_BAR_COLON = str.maketrans({"%": "%25", "|": "%7C", ":": "%3A"})
+
+
+def key_part(text: str, colon: bool = False) -> str:
+    """``text`` as one component of a ``|``-separated key; ``colon``: of a ``:``-separated one
+    too (a finding key's client part)."""
+    if "%" not in text and "|" not in text and (not colon or ":" not in text):
+        return text
+    return text.translate(_ESCAPE_BAR_COLON if colon else _ESCAPE_BAR)
+
+
 def series_key(side: str, host: str, app: str, broker: str, peer_host: str | None) -> str:
     """``side|host|app|broker`` (client side) or ``...|peer_host`` (broker side)."""
     parts = [side, host, app, broker]
     if side == "broker":
         parts.append(peer_host or "")
-    return "|".join(parts)
+    return "|".join(key_part(p) for p in parts)
 
 
 def client_id(side: str, host: str, app: str, peer_host: str | None) -> str:
-    """The finding key's client part: ``side:host:app`` (plus ``:peer_host`` on the broker side)."""
-    parts = [side, host, app]
+    """The finding key's client part: ``side:host:app`` (plus ``:peer_host`` on the broker side).
+    ``peer_host`` is last, so an IPv6 address there keeps its colons."""
+    parts = [key_part(p, colon=True) for p in (side, host, app)]
     if side == "broker":
-        parts.append(peer_host or "")
+        parts.append(key_part(peer_host or ""))
     return ":".join(parts)
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming.schema.aggregates import Aggregate, client_id
+from streaming.schema.aggregates import Aggregate, client_id, key_part
 
 SCHEMA_VERSION = 1
 KINDS = (
@@ -25,7 +25,8 @@ STATUSES = ("firing", "resolved")
 
 
 def finding_key(kind: str, client: str, broker: str) -> str:
-    return f"{kind}|{client}|{broker}"
+    """``kind|client|broker``; ``client`` is already a ``client_id`` (escaped)."""
+    return f"{kind}|{client}|{key_part(broker)}"
 
 
 @dataclass
