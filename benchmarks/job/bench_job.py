@@ -1,7 +1,9 @@
 """Benchmark: the job's sustained events/s on local[2] against a baseline query (read +
 from_json + count) over the same topic in the same run, and detection latency under steady load.
 
-    .venv/bin/python benchmarks/job/bench_job.py --events 2000000
+    .venv/bin/python benchmarks/job/bench_job.py --events 2000000 [--floors]
+
+``--floors`` also times the job's own validate and group steps alone (see the README).
 
 Starts its own 1-broker KRaft cluster on 127.0.0.1 and stops it at the end. Prints a JSON
 summary; figures are written down in benchmarks/job/README.md by hand.
@@ -122,6 +124,36 @@ def baseline(spark, s: JobSettings, work: str, parsed: bool = False):
     return n / wall, n, wall, sustained(q.recentProgress)
 
 
+def floor_rate(spark, s: JobSettings, work: str, stage: str) -> tuple[float, float | None]:
+    """The job's own first steps alone, through ``foreachBatch`` like the job, available-now:
+    ``validate`` decodes and validates every record and counts the valid ones; ``group`` also
+    groups them by the job's window and series keys (one count, no statistics) and collects
+    the groups. A floor for any design that validates per row with built-in functions and
+    aggregates per window and series in Spark. Returns wall time, sustained events/s."""
+    from pyspark.sql import functions as F
+
+    from streaming.job import parse, windows
+
+    decoder = parse.Decoder(s.max_event_age_s, s.max_event_future_s)
+    keys = windows.Partials(s.detectors).keys
+
+    def step(raw, _batch_id: int) -> None:
+        df = decoder(raw, now=time.time())
+        if stage == "validate":
+            df.where(F.col("reason").isNull()).count()
+        else:
+            df.groupBy(*keys).count().collect()
+
+    name = f"bench_floor_{stage}"
+    t0 = time.perf_counter()
+    q = (
+        kafka_source(spark, s).writeStream.queryName(name).foreachBatch(step)
+        .option("checkpointLocation", f"{work}/{name}").trigger(availableNow=True).start()
+    )  # fmt: skip
+    q.awaitTermination()
+    return time.perf_counter() - t0, sustained(q.recentProgress)
+
+
 def job_rate(spark, s: JobSettings) -> tuple[float, float | None]:
     """The full job (its one query, real sinks) available-now: wall time, sustained events/s."""
     t0 = time.perf_counter()
@@ -211,6 +243,9 @@ def main() -> int:
     ap.add_argument("--latency-rate", type=int, default=5000, help="background events/s")
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument(
+        "--floors", action="store_true", help="also time the job's validate and group steps alone"
+    )
     args = ap.parse_args()
     import logging
 
@@ -244,6 +279,14 @@ def main() -> int:
         ).validate()  # fmt: skip
         rate_b, n_b, wall_b, sus_b = baseline(spark, s, work)
         rate_p, _, wall_p, sus_p = baseline(spark, s, work, parsed=True)
+        if args.floors:
+            for stage in ("validate", "group"):
+                wall_f, sus_f = floor_rate(spark, s, work, stage)
+                result[f"floor_{stage}_events_per_s"] = round(n_b / wall_f)
+                result[f"floor_{stage}_to_parsed_baseline"] = round(wall_p / wall_f, 3)
+                if sus_f and sus_p:
+                    result[f"sustained_floor_{stage}_events_per_s"] = round(sus_f)
+                    result[f"sustained_floor_{stage}_to_parsed_baseline"] = round(sus_f / sus_p, 3)
         wall_j, sus_j = job_rate(spark, s)
         result.update(
             baseline_events_per_s=round(rate_b),
