@@ -16,7 +16,6 @@ from pyspark.sql import types as T
 from streaming.schema import events
 
 CORRUPT = "_corrupt"
-# Rejection reasons, first that applies: streaming.schema.status.DEADLETTER_REASONS, in order.
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
 _NOW = "_connmon_now"
 NOW_STEP_S = 60  # processing time for the event-time bounds, in whole minutes
@@ -125,6 +124,7 @@ class Decoder:
         missing = _missing(e)
         invalid_pairs = _invalid_pairs(e)
         invalid = _first(invalid_pairs)
+        # The first reason that applies, in the order of streaming.schema.status.DEADLETTER_REASONS.
         reason = (
             F.when(not_json, "malformed_json")
             .when(bad_schema, "unsupported_schema")

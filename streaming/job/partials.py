@@ -190,11 +190,7 @@ _KEY_FIELDS = ("window_start_s", *SERIES)
 
 def window_key(part: Mapping[str, Any]) -> str:
     """JSON-safe key of a (window, series)."""
-    values = ["" if part.get(k) is None else str(part.get(k)) for k in _KEY_FIELDS]
-    key = "|".join(values)
-    if key.count("|") != len(values) - 1 or "%" in key:  # rare: escape, keep keys distinct
-        key = "|".join(key_part(v) for v in values)
-    return key
+    return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _KEY_FIELDS)
 
 
 @dataclass

@@ -267,7 +267,7 @@ class Tracker:
         if self.max_window_end is None:
             return
         stale = _epoch(self.max_window_end) - self.cfg.finding_stale_s
-        due: set[str] = set()  # a series may have several entries with its newest end
+        due: set[str] = set()  # resolving removes a key: each must come once
         while self._stale_heap and self._stale_heap[0][0] < stale:
             end, series = heapq.heappop(self._stale_heap)
             if self._stale_end.get(series) != end:
