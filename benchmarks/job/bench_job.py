@@ -102,6 +102,18 @@ def sustained(progress: list[dict[str, Any]]) -> float | None:
     return sum(p["numInputRows"] for p in batches) / (ms / 1000) if ms else None
 
 
+def run_available_now(writer, name: str, work: str) -> tuple[float, float | None]:
+    """Start ``writer`` as query ``name`` over what the topic holds and wait for it: wall
+    time, sustained events/s."""
+    t0 = time.perf_counter()
+    q = (
+        writer.queryName(name).option("checkpointLocation", f"{work}/{name}")
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    q.awaitTermination()
+    return time.perf_counter() - t0, sustained(q.recentProgress)
+
+
 def baseline(spark, s: JobSettings, work: str, parsed: bool = False):
     """Read + from_json + count over the whole topic (available-now): events/s, wall time.
     Spark prunes the unused ``from_json`` from ``count()``, so this measures read + count;
@@ -113,15 +125,10 @@ def baseline(spark, s: JobSettings, work: str, parsed: bool = False):
     )
     counted = df.groupBy().agg(F.count("e" if parsed else F.lit(1)).alias("count"))
     name = "bench_baseline_parsed" if parsed else "bench_baseline"
-    t0 = time.perf_counter()
-    q = (
-        counted.writeStream.outputMode("complete").format("memory").queryName(name)
-        .option("checkpointLocation", f"{work}/{name}").trigger(availableNow=True).start()
-    )  # fmt: skip
-    q.awaitTermination()
-    wall = time.perf_counter() - t0
+    writer = counted.writeStream.outputMode("complete").format("memory")
+    wall, rate = run_available_now(writer, name, work)
     n = spark.sql(f"SELECT * FROM {name}").collect()[0][0]
-    return n / wall, n, wall, sustained(q.recentProgress)
+    return n / wall, n, wall, rate
 
 
 def floor_rate(spark, s: JobSettings, work: str, stage: str) -> tuple[float, float | None]:
@@ -144,14 +151,8 @@ def floor_rate(spark, s: JobSettings, work: str, stage: str) -> tuple[float, flo
         else:
             df.groupBy(*keys).count().collect()
 
-    name = f"bench_floor_{stage}"
-    t0 = time.perf_counter()
-    q = (
-        kafka_source(spark, s).writeStream.queryName(name).foreachBatch(step)
-        .option("checkpointLocation", f"{work}/{name}").trigger(availableNow=True).start()
-    )  # fmt: skip
-    q.awaitTermination()
-    return time.perf_counter() - t0, sustained(q.recentProgress)
+    writer = kafka_source(spark, s).writeStream.foreachBatch(step)
+    return run_available_now(writer, f"bench_floor_{stage}", work)
 
 
 def job_rate(spark, s: JobSettings) -> tuple[float, float | None]:
