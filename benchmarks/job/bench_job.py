@@ -3,7 +3,7 @@ from_json + count) over the same topic in the same run, and detection latency un
 
     .venv/bin/python benchmarks/job/bench_job.py --events 2000000 [--floors]
 
-``--floors`` also times the job's own validate and group steps alone (see the README).
+``--floors`` also times the job's own validate, group and aggregate steps alone (see the README).
 
 Starts its own 1-broker KRaft cluster on 127.0.0.1 and stops it at the end. Prints a JSON
 summary; figures are written down in benchmarks/job/README.md by hand.
@@ -135,21 +135,26 @@ def floor_rate(spark, s: JobSettings, work: str, stage: str) -> tuple[float, flo
     """The job's own first steps alone, through ``foreachBatch`` like the job, available-now:
     ``validate`` decodes and validates every record and counts the valid ones; ``group`` also
     groups them by the job's window and series keys (one count, no statistics) and collects
-    the groups. A floor for any design that validates per row with built-in functions and
-    aggregates per window and series in Spark. Returns wall time, sustained events/s."""
+    the groups: a floor for any design that validates per row with built-in functions and
+    aggregates per window and series in Spark. ``aggregate`` is the job's whole Spark part
+    (``windows.Partials``: every window statistic) and its collect, without the driver.
+    Returns wall time, sustained events/s."""
     from pyspark.sql import functions as F
 
     from streaming.job import parse, windows
 
     decoder = parse.Decoder(s.max_event_age_s, s.max_event_future_s)
-    keys = windows.Partials(s.detectors).keys
+    partials = windows.Partials(s.detectors)
 
     def step(raw, _batch_id: int) -> None:
         df = decoder(raw, now=time.time())
         if stage == "validate":
             df.where(F.col("reason").isNull()).count()
+        elif stage == "group":
+            df.groupBy(*partials.keys).count().collect()
         else:
-            df.groupBy(*keys).count().collect()
+            for row in partials(df).collect():
+                row.asDict()  # as the job's batch does
 
     writer = kafka_source(spark, s).writeStream.foreachBatch(step)
     return run_available_now(writer, f"bench_floor_{stage}", work)
@@ -245,7 +250,9 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument(
-        "--floors", action="store_true", help="also time the job's validate and group steps alone"
+        "--floors",
+        action="store_true",
+        help="also time the job's validate, group and aggregate steps alone",
     )
     args = ap.parse_args()
     import logging
@@ -281,7 +288,7 @@ def main() -> int:
         rate_b, n_b, wall_b, sus_b = baseline(spark, s, work)
         rate_p, _, wall_p, sus_p = baseline(spark, s, work, parsed=True)
         if args.floors:
-            for stage in ("validate", "group"):
+            for stage in ("validate", "group", "aggregate"):
                 wall_f, sus_f = floor_rate(spark, s, work, stage)
                 result[f"floor_{stage}_events_per_s"] = round(n_b / wall_f)
                 result[f"floor_{stage}_to_parsed_baseline"] = round(wall_p / wall_f, 3)
