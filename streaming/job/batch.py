@@ -54,9 +54,8 @@ def check_checkpoint(state: StateFiles, cfg: DetectorConfig) -> None:
             raise ConfigError(
                 f"checkpoint: {state.dir.parent} was written by an older job layout; use a new one"
             )
-        WindowState(cfg.window_s, cfg.watermark_s).load_state(
-            saved.snapshot["windows"], [d["windows"] for d in saved.deltas]
-        )
+        # Only the settings are checked: the first batch loads the windows themselves.
+        WindowState(cfg.window_s, cfg.watermark_s).check_compatible(saved.snapshot["windows"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 

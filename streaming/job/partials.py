@@ -285,15 +285,19 @@ class WindowState:
             "dead_letter_total": self.dead_letter_total,
         }
 
-    def load_state(
-        self, state: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]] = ()
-    ) -> None:
-        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
+    def check_compatible(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` naming the setting when ``state`` was saved with other windows."""
         if not math.isclose(state["window_s"], self.window_s):
             raise ValueError(
                 f"detectors.window_s: the checkpoint has {state['window_s']} s windows, the "
                 f"config {self.window_s} s; use a new checkpoint to change it"
             )
+
+    def load_state(
+        self, state: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
+        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
+        self.check_compatible(state)
         self.open = {}
         for part in (state, *deltas):
             for k in part.get("evicted", ()):
