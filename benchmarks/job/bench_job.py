@@ -114,8 +114,11 @@ def run_available_now(writer, name: str, work: str) -> tuple[float, float | None
     return time.perf_counter() - t0, sustained(q.recentProgress)
 
 
-def baseline(spark, s: JobSettings, work: str, parsed: bool = False):
-    """Read + from_json + count over the whole topic (available-now): events/s, wall time.
+def baseline(
+    spark, s: JobSettings, work: str, parsed: bool = False
+) -> tuple[float, int, float, float | None]:
+    """Read + from_json + count over the whole topic (available-now): events/s, rows, wall
+    time, sustained events/s.
     Spark prunes the unused ``from_json`` from ``count()``, so this measures read + count;
     ``parsed`` counts the non-null parsed structs instead, which forces one full parse."""
     from pyspark.sql import functions as F

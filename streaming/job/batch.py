@@ -179,10 +179,9 @@ class BatchProcessor:
         self.sink.publish(self.aggregates_topic, [(k, a.to_dict()) for k, a in pairs])
         self.sink.publish(self.findings_topic, [(f.key, f.to_dict()) for f in out.findings])
         t2 = time.perf_counter()
-        parts = (self.tracker, self.windows)
         state = {
             name: part.to_state() if snapshot else part.to_delta()
-            for name, part in zip(("tracker", "windows"), parts, strict=True)
+            for name, part in (("tracker", self.tracker), ("windows", self.windows))
         }
         self.state.save(batch_id, state, snapshot)
         self._base = batch_id
