@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from streaming.schema.events import SCHEMA_VERSION
+from streaming.schema.events import SCHEMA_VERSION, fit
 
 
 def iso_utc(ts: float) -> str:
@@ -21,7 +21,8 @@ def make_agent_id(host: str, started: float) -> str:
 
 
 class EventFactory:
-    """Wrap field dicts in the envelope; ``seq`` increases by one per event, from 0."""
+    """Wrap field dicts in the envelope; ``seq`` increases by one per event, from 0. String
+    values are kept within the schema's length limit (``events.fit``)."""
 
     def __init__(self, host: str, agent_id: str, clock: Callable[[], float] = time.time) -> None:
         self.host = host
@@ -34,14 +35,14 @@ class EventFactory:
             "schema": SCHEMA_VERSION,
             "kind": fields["kind"],
             "event_time": iso_utc(self.clock() if at is None else at),
-            "host": self.host,
-            "agent_id": self.agent_id,
+            "host": fit(self.host),
+            "agent_id": fit(self.agent_id),
             "seq": self.seq,
         }
         self.seq += 1
         for k, v in fields.items():
             if k != "kind" and v is not None:
-                ev[k] = v
+                ev[k] = fit(v) if isinstance(v, str) else v
         return ev
 
 

@@ -17,6 +17,7 @@ from typing import IO, Any
 from streaming.agent.events import encode
 from streaming.agent.metrics import AgentMetrics
 from streaming.cli import ConfigError
+from streaming.schema.events import MAX_EVENT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,9 @@ class KafkaSink:
         except (TypeError, ValueError):
             log.exception("cannot encode event %r", event.get("kind"))
             self.metrics.drop("encode_error")
+            return
+        if len(value) > MAX_EVENT_BYTES:  # the job would reject it; do not send it at all
+            self.metrics.drop("too_large")
             return
         if len(self.queue) >= self.queue_size:
             self.queue.popleft()
@@ -154,11 +158,14 @@ class StreamSink:
 
     def send(self, event: dict[str, Any]) -> None:
         try:
-            line = encode(event).decode()
+            value = encode(event)
         except (TypeError, ValueError):
             self.metrics.drop("encode_error")
             return
-        self.stream.write(line + "\n")
+        if len(value) > MAX_EVENT_BYTES:
+            self.metrics.drop("too_large")
+            return
+        self.stream.write(value.decode() + "\n")
         self.metrics.produced.labels(event["kind"]).inc()
 
     def pump(self) -> None:

@@ -1,78 +1,135 @@
-"""Decode and validate raw event records with built-in Spark functions only.
+"""Decode and validate raw event records in Spark, exactly as ``streaming.schema.validate``.
 
 Input frames have Kafka's source shape (``value`` binary or string, ``topic``, ``partition``,
-``offset``, ``timestamp``); the file source is brought to the same shape by ``pipeline``. The
-rules mirror ``streaming.schema.events.validate`` and are generated from the same field list.
+``offset``, ``timestamp``); the file source is brought to the same shape by ``pipeline``.
+
+Two paths, one verdict. Spark's ``from_json`` is fast but more lenient than the contract (it
+reads ``12345`` into a string field, ignores what follows the first object, turns a lone
+surrogate escape into ``?``). So every record gets cheap built-in checks, and a record passes
+on this fast path only when they prove ``validate`` would accept it with the same values. Every
+other record (in a healthy fleet: almost none) goes through ``validate`` itself in a Python UDF,
+which gives the reason and detail. A property test checks both paths agree.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from streaming.schema import events
+from streaming.schema import events, validate
+from streaming.schema.events import MAX_EVENT_BYTES, MAX_STRING_CHARS
 
 CORRUPT = "_corrupt"
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
+DEAD_LETTER_RAW_BYTES = 4096  # dead letters carry this much of the record, plus size and hash
+NOW_STEP_S = validate.NOW_STEP_S
 _NOW = "_connmon_now"
-NOW_STEP_S = 60  # processing time for the event-time bounds, in whole minutes
+_JSON_OPTIONS = {
+    "columnNameOfCorruptRecord": CORRUPT,
+    "mode": "PERMISSIVE",
+    "allowNonNumericNumbers": "false",
+    "allowSingleQuotes": "false",
+    "allowUnquotedFieldNames": "false",
+    "allowComments": "false",
+    "allowNumericLeadingZeros": "false",
+    "allowBackslashEscapingAnyCharacter": "false",
+    "allowUnquotedControlChars": "false",
+}
+_SLOW = T.StructType(
+    [
+        T.StructField("reason", T.StringType()),
+        T.StructField("detail", T.StringType()),
+        T.StructField("ts_us", T.LongType()),
+        T.StructField("event", T.StringType()),
+    ]
+)
 
 
-def _schema() -> T.StructType:
-    return events.spark_schema().add(CORRUPT, T.StringType())
-
-
-def _first(pairs: list[tuple[Column, str]]) -> Column:
-    """The text of the first condition that holds, else null."""
-    expr = None
-    for cond, text in pairs:
-        expr = F.when(cond, F.lit(text)) if expr is None else expr.when(cond, F.lit(text))
-    return expr if expr is not None else F.lit(None).cast("string")
-
-
-def _missing(e: str) -> Column:
-    pairs: list[tuple[Column, str]] = []
-    for kind, names in events.REQUIRED_BY_KIND.items():
-        for name in names:
-            cond = (F.col(f"{e}.kind") == kind) & F.col(f"{e}.{name}").isNull()
-            pairs.append((cond, f"missing required field {name!r}"))
-    return _first(pairs)
-
-
-def _any(conds: list[Column]) -> Column:
+def _all(conds: list[Column]) -> Column:
     out = conds[0]
     for c in conds[1:]:
-        out = out | c
+        out = out & c
     return out
 
 
-def _any_missing(e: str) -> Column:
-    """Whether ``_missing`` finds anything, as a short boolean: fields every kind requires are
-    checked once (the long text chain is only computed for rejected records)."""
-    common = set.intersection(*(set(n) for n in events.REQUIRED_BY_KIND.values()))
-    conds = [F.col(f"{e}.{n}").isNull() for n in sorted(common)]
-    for kind, names in events.REQUIRED_BY_KIND.items():
-        extra = [F.col(f"{e}.{n}").isNull() for n in names if n not in common]
-        if extra:
-            conds.append((F.col(f"{e}.kind") == kind) & _any(extra))
-    return _any(conds)
+def _count(value: Column, ch: str) -> Column:
+    return F.length(value) - F.length(F.replace(value, F.lit(ch), F.lit("")))
 
 
-def _invalid_pairs(e: str) -> list[tuple[Column, str]]:
-    pairs: list[tuple[Column, str]] = [
-        (F.col(f"{e}.{CORRUPT}").isNotNull(), "a field has the wrong JSON type"),
-        (F.col("ts").isNull(), "event_time is not an ISO 8601 timestamp"),
+def _plain_string(c: Column) -> Column:
+    """The parsed value cannot have come from a JSON number, boolean or array (``from_json``
+    turns those into text for a string field)."""
+    return c.isNull() | ~(
+        c.isin("true", "false")
+        | ((F.left(c, F.lit(1)) == "[") & (F.right(c, F.lit(1)) == "]"))
+        | c.try_cast("double").isNotNull()
+    )
+
+
+def _fast_accepts(e: str) -> Column:
+    """True only for records ``validate`` accepts with the values of ``from_json`` in ``e``
+    (the event-time bounds aside). False sends a record to the slow path, not to the dead
+    letters: these checks may be stricter than the contract, never more lenient."""
+    text = F.col("_text")
+    trimmed = F.expr("trim(BOTH ' \\t\\n\\r' FROM _text)")
+    conds = [
+        ~F.col("_too_large"),
+        F.expr("is_valid_utf8(_text)"),
+        F.instr(text, "\\u") == 0,  # an escape may hide a lone surrogate: validate() decodes it
+        # One object and nothing after it: the only braces are its own.
+        _count(text, "{") == 1,
+        _count(text, "}") == 1,
+        F.left(trimmed, F.lit(1)) == "{",
+        F.right(trimmed, F.lit(1)) == "}",
+        F.col(e).isNotNull(),
+        F.col(f"{e}.{CORRUPT}").isNull(),
+        F.col(f"{e}.schema") == events.SCHEMA_VERSION,
+        F.col(f"{e}.kind").isin(*events.KINDS),
+        F.col(f"{e}.event_time").rlike(f"^{validate.EVENT_TIME}\\z"),
+        F.col("_ts").isNotNull(),
     ]
+    for kind, names in events.REQUIRED_BY_KIND.items():
+        present = _all([F.col(f"{e}.{n}").isNotNull() for n in names])
+        conds.append((F.col(f"{e}.kind") != kind) | present)
     for f in events.FIELDS:
         c = F.col(f"{e}.{f.name}")
-        if f.enum and f.name != "kind":
-            pairs.append((c.isNotNull() & ~c.isin(*f.enum), f"{f.name} not one of {list(f.enum)}"))
+        if f.type in ("string", "timestamp"):
+            conds.append(_plain_string(c))
+            conds.append(c.isNull() | (F.length(c) <= MAX_STRING_CHARS))
+        if f.type == "double":
+            conds.append(c.isNull() | ~(F.isnan(c) | (F.abs(c) == float("inf"))))
         if f.minimum is not None and f.name != "schema":
-            pairs.append((c < F.lit(f.minimum), f"{f.name} below {f.minimum:g}"))
-    return pairs
+            conds.append(c.isNull() | (c >= F.lit(f.minimum)))
+        if f.enum and f.name != "kind":
+            conds.append(c.isNull() | c.isin(*f.enum))
+    return _all(conds)
+
+
+def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
+    """``validate`` as a pandas UDF: raw bytes (null: not needed) and now (epoch seconds) ->
+    reason, detail, event time and the accepted event as JSON."""
+    import pandas as pd
+
+    def run(raw: pd.Series, now: pd.Series) -> pd.DataFrame:
+        out: dict[str, list[Any]] = {c: [None] * len(raw) for c in ("reason", "detail", "event")}
+        ts: list[Any] = [None] * len(raw)
+        for i in raw.index[raw.notna()]:
+            v = validate.validate(raw[i], float(now[i]), max_age_s, max_future_s)
+            out["reason"][i], out["detail"][i], ts[i] = v.reason, v.detail, v.ts_us
+            if v.event is not None:
+                out["event"][i] = json.dumps(v.event)
+        frame = pd.DataFrame(out)
+        frame.insert(2, "ts_us", pd.array(ts, dtype="Int64"))
+        return frame
+
+    # Real classes, not the strings this module's annotations become: Spark reads them.
+    run.__annotations__ = {"raw": pd.Series, "now": pd.Series, "return": pd.DataFrame}
+    return F.pandas_udf(run, _SLOW)  # type: ignore[call-overload]
 
 
 class Decoder:
@@ -86,70 +143,59 @@ class Decoder:
 
     def __init__(self, max_age_s: float | None = 86400.0, max_future_s: float | None = 300.0):
         e = "e"
-        value = F.col("value").cast("string")
         self._parse = [
             F.col("value").cast("binary").alias("raw"),
-            F.col("topic"),
-            F.col("partition"),
-            F.col("offset"),
+            *[F.col(c) for c in ("topic", "partition", "offset")],
             F.col("timestamp").alias("kafka_timestamp"),
             F.col(_NOW),
-            F.from_json(value, _schema(), {"columnNameOfCorruptRecord": CORRUPT}).alias(e),
+            F.col("value").cast("string").alias("_text"),
+            (F.octet_length(F.col("value").cast("binary")) > MAX_EVENT_BYTES).alias("_too_large"),
         ]
-        self._ts = F.expr(f"try_to_timestamp({e}.event_time)")
-        # Only rejected rows pay for the second parse that tells bad JSON from bad types.
-        not_json = F.col(e).isNull() | (
-            F.col(f"{e}.{CORRUPT}").isNotNull()
-            & (
-                F.expr("try_parse_json(CAST(raw AS STRING))").isNull()
-                | ~F.ltrim(F.col("raw").cast("string")).startswith("{")
-            )
-        )
+        schema = events.spark_schema().add(CORRUPT, T.StringType())
+        self._from_json = F.from_json(
+            F.when(~F.col("_too_large"), F.col("_text")), schema, _JSON_OPTIONS
+        ).alias(e)
+        self._ts = F.expr(f"try_to_timestamp({e}.event_time)").alias("_ts")
+        self._fast = _fast_accepts(e).alias("_fast")
+        slow = _slow_path(max_age_s, max_future_s)
+        self._slow = slow(
+            F.when(~F.col("_fast") & ~F.col("_too_large"), F.col("raw")),
+            F.unix_micros(F.col(_NOW)) / F.lit(1e6),
+        ).alias("_slow")
+        fast = F.col("_fast")
+        ts = F.col("_ts")
         now = F.col(_NOW)
         too_old = (
-            F.col("ts") < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
+            ts < now - F.expr(f"make_dt_interval(0, 0, 0, {float(max_age_s)})")
             if max_age_s is not None
             else F.lit(False)
         )
         too_new = (
-            F.col("ts")
-            > now + F.expr(f"make_dt_interval(0, 0, 0, {float(max_future_s) + NOW_STEP_S})")
+            ts > now + F.expr(f"make_dt_interval(0, 0, 0, {float(max_future_s) + NOW_STEP_S})")
             if max_future_s is not None
             else F.lit(False)
         )
-        kind = F.col(f"{e}.kind")
-        schema = F.col(f"{e}.schema")
-        bad_schema = schema.isNull() | (schema != 1)
-        bad_kind = kind.isNull() | ~kind.isin(*events.KINDS)
-        missing = _missing(e)
-        invalid_pairs = _invalid_pairs(e)
-        invalid = _first(invalid_pairs)
-        # The first reason that applies, in the order of streaming.schema.status.DEADLETTER_REASONS.
-        reason = (
-            F.when(not_json, "malformed_json")
-            .when(bad_schema, "unsupported_schema")
-            .when(bad_kind, "unknown_kind")
-            .when(_any_missing(e), "missing_field")
-            .when(_any([cond for cond, _ in invalid_pairs]), "invalid_value")
-            .when(too_old | too_new, "time_out_of_range")
-        )
-        detail = (
-            F.when(not_json, "not a JSON object")
-            .when(
-                bad_schema,
-                F.concat(F.lit("schema "), F.coalesce(schema.cast("string"), F.lit("null"))),
+        size = F.octet_length("raw")
+        self._pick = [
+            F.when(fast, F.col(e)).otherwise(F.from_json(F.col("_slow.event"), schema)).alias(e),
+            F.when(fast, ts).otherwise(F.timestamp_micros(F.col("_slow.ts_us"))).alias("ts"),
+            F.when(F.col("_too_large"), F.lit("too_large"))
+            .when(fast & (too_old | too_new), F.lit("time_out_of_range"))
+            .when(~fast, F.col("_slow.reason"))
+            .alias("reason"),
+            F.when(
+                F.col("_too_large"),
+                F.format_string(validate.TOO_LARGE, size),
             )
-            .when(bad_kind, F.concat(F.lit("kind "), F.coalesce(kind, F.lit("null"))))
-            .when(missing.isNotNull(), missing)
-            .when(invalid.isNotNull(), invalid)
-            .when(too_old, "event_time older than the allowed age")
-            .when(too_new, "event_time in the future")
-        )
+            .when(fast & too_old, F.lit(validate.TOO_OLD))
+            .when(fast & too_new, F.lit(validate.TOO_NEW))
+            .when(~fast, F.col("_slow.detail"))
+            .alias("detail"),
+            *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
+        ]
         self._out = [
             *[F.col(f"{e}.{f.name}").alias(f.name) for f in events.FIELDS],
-            F.col("ts"),
-            reason.alias("reason"),
-            detail.alias("detail"),
+            *[F.col(c) for c in ("ts", "reason", "detail")],
             *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
         ]
 
@@ -165,13 +211,19 @@ class Decoder:
         return (
             raw.withColumn(_NOW, now_col)
             .select(*self._parse)
-            .withColumn("ts", self._ts)
+            .withColumn("e", self._from_json)
+            .withColumn("_ts", self._ts)
+            .withColumn("_fast", self._fast)
+            .withColumn("_slow", self._slow)
+            .select(*self._pick)
             .select(*self._out)
         )
 
 
 def dead_letters(decoded: DataFrame) -> DataFrame:
-    """Rejected records as Kafka ``key``/``value`` (docs/topics.md, schema 1) plus ``reason``."""
+    """Rejected records as Kafka ``key``/``value`` (docs/topics.md, schema 1) plus ``reason``.
+    The record itself is kept as its first ``DEAD_LETTER_RAW_BYTES`` bytes (base64), with its
+    full size and SHA-256, so a dead letter stays small whatever came in."""
     value = F.to_json(
         F.struct(
             F.lit(1).alias("schema"),
@@ -183,7 +235,9 @@ def dead_letters(decoded: DataFrame) -> DataFrame:
             F.date_format("kafka_timestamp", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias(
                 "kafka_timestamp"
             ),
-            F.base64("raw").alias("raw"),
+            F.base64(F.substring("raw", 1, DEAD_LETTER_RAW_BYTES)).alias("raw"),
+            F.octet_length("raw").alias("raw_bytes"),
+            F.sha2("raw", 256).alias("raw_sha256"),
             F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias(
                 "rejected_at"
             ),

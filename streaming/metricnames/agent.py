@@ -25,7 +25,8 @@ EVENTS_PRODUCED = Metric(
 EVENTS_DROPPED = Metric(
     "connmon_agent_events_dropped_total",
     "counter",
-    "Events lost by reason: queue_full (local queue overflow), delivery_timeout, "
+    "Events lost by reason: queue_full (local queue overflow), too_large (over the event "
+    "size limit), delivery_timeout, "
     "delivery_error, encode_error, producer_fatal, shutdown (undelivered at exit).",
     ("reason",),
 )

@@ -2,7 +2,8 @@
 
 Agents write these events as JSON objects (one per Kafka message, keyed by host); the Spark job
 reads them with ``from_json`` and the StructType produced here. ``json_schema()`` renders the
-committed ``docs/events.schema.json``; a unit test fails when that file is out of date.
+committed ``docs/events.schema.json``; a unit test fails when that file is out of date. What is
+accepted, byte for byte, is decided by ``streaming.schema.validate``.
 
 Changes must be additive within a version: new optional fields only. Anything else bumps
 ``SCHEMA_VERSION`` and the job learns to read both.
@@ -10,10 +11,15 @@ Changes must be additive within a version: new optional fields only. Anything el
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+# Hard limits of the contract. A record over MAX_EVENT_BYTES is rejected unread; a string field
+# over MAX_STRING_CHARS (Unicode code points) is rejected too. Agents keep within both.
+MAX_EVENT_BYTES = 16384
+MAX_STRING_CHARS = 256
 
 KINDS = ("opened", "transition", "closed", "summary", "heartbeat")
 SIDES = ("client", "broker")
@@ -37,6 +43,15 @@ CLOSED_BY = ("local", "peer", "unknown")
 OPEN_REASONS = ("new", "initial")  # "initial": already open when the agent started
 
 _SOCKET_KINDS = ("opened", "transition", "closed")
+
+
+def fit(text: str) -> str:
+    """``text`` within MAX_STRING_CHARS: a longer one is cut and ends in ``~`` and a short hash
+    of the whole, so two long values that share a start stay distinct."""
+    if len(text) <= MAX_STRING_CHARS:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return text[: MAX_STRING_CHARS - 9] + "~" + digest
 
 
 @dataclass(frozen=True)
@@ -333,26 +348,3 @@ def spark_schema():  # -> pyspark.sql.types.StructType
         "timestamp": T.StringType(),
     }
     return T.StructType([T.StructField(f.name, spark_types[f.type], True) for f in FIELDS])
-
-
-def validate(event: dict[str, Any]) -> list[str]:
-    """Problems with one decoded event (empty when valid). Pure; used by tests and replay tools.
-    The Spark job applies the same rules with SQL expressions."""
-    problems: list[str] = []
-    kind = event.get("kind")
-    if event.get("schema") != SCHEMA_VERSION:
-        problems.append(f"unsupported schema version {event.get('schema')!r}")
-    if kind not in KINDS:
-        return problems + [f"unknown kind {kind!r}"]
-    for name in REQUIRED_BY_KIND[kind]:
-        if event.get(name) is None:
-            problems.append(f"missing required field {name!r}")
-    for name, value in event.items():
-        f = FIELDS_BY_NAME.get(name)
-        if f is None or value is None:
-            continue
-        if f.enum and value not in f.enum:
-            problems.append(f"{name}={value!r} not one of {list(f.enum)}")
-        if f.minimum is not None and isinstance(value, int | float) and value < f.minimum:
-            problems.append(f"{name}={value!r} below {f.minimum}")
-    return problems

@@ -7,11 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+# In the order they are tested (streaming.schema.validate).
 DEADLETTER_REASONS = (
+    "too_large",
+    "invalid_utf8",
     "malformed_json",
+    "wrong_type",
     "unsupported_schema",
     "unknown_kind",
     "missing_field",
+    "field_too_long",
     "invalid_value",
     "time_out_of_range",
 )

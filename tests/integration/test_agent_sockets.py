@@ -11,7 +11,7 @@ import time
 from streaming.agent import config
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.runner import Agent, make_refresher
-from streaming.schema.events import validate
+from streaming.schema.validate import validate
 
 
 class ListSink:
@@ -112,7 +112,7 @@ def test_close_wait_and_time_wait_from_both_sides() -> None:
         assert len(closed) == 1
         assert closed[0]["closed_by"] == "peer" and closed[0]["lifetime_s"] >= 0
         assert closed[0]["state_age_s"] >= 0
-        problems = [(e["kind"], validate(e)) for e in sink.events if validate(e)]
+        problems = [(e["kind"], validate(e).detail) for e in sink.events if validate(e).reason]
         assert problems == []
         assert [e["seq"] for e in sink.events] == list(range(len(sink.events)))
     finally:

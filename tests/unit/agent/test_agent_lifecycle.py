@@ -13,7 +13,7 @@ from streaming.agent.records import (
     TIME_WAIT,
     SocketRecord,
 )
-from streaming.schema.events import validate
+from streaming.schema.validate import validate
 
 META = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=100, comm="java")
 
@@ -28,8 +28,15 @@ def kinds(events: list[dict]) -> list[tuple]:
 
 def _valid(events: list[dict]) -> None:
     for e in events:
-        full = {"schema": 1, "event_time": "x", "host": "h", "agent_id": "a", "seq": 0, **e}
-        assert validate(full) == [], e
+        full = {
+            "schema": 1,
+            "event_time": "2026-11-21T04:00:00.000Z",
+            "host": "h",
+            "agent_id": "a",
+            "seq": 0,
+            **e,
+        }
+        assert validate(full).reason is None, e
 
 
 def test_time_wait_at_agent_start_is_not_a_short_lived_close() -> None:

@@ -15,7 +15,7 @@ from streaming.agent.procs import ProcessTable
 from streaming.agent.producer import KafkaSink, StreamSink
 from streaming.agent.records import CLOSE_WAIT, ESTABLISHED, SocketRecord
 from streaming.agent.runner import Agent, make_refresher
-from streaming.schema.events import validate
+from streaming.schema.validate import validate
 
 
 def test_envelope_and_sequence() -> None:
@@ -117,7 +117,9 @@ def test_agent_scan_over_canned_sockets(tmp_path) -> None:
     agent.scan()
     kinds = [e["kind"] for e in sink.events]
     assert kinds == ["opened", "summary", "heartbeat", "transition"]
-    assert all(validate(e) == [] for e in sink.events), [validate(e) for e in sink.events]
+    assert all(validate(e).reason is None for e in sink.events), [
+        validate(e).detail for e in sink.events
+    ]
     hb = sink.events[2]
     assert (hb["tcp_active_opens"], hb["tcp_attempt_fails"], hb["collector"]) == (42, 7, "netlink")
     t = sink.events[3]
@@ -208,7 +210,7 @@ def test_cli_once_prints_json_lines(capsys, monkeypatch) -> None:
     assert rc == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[-1]["kind"] == "heartbeat" and lines[-1]["host"] == "h"
-    assert all(validate(e) == [] for e in lines)
+    assert all(validate(e).reason is None for e in lines)
 
 
 def test_fatal_producer_error_replaces_the_producer_and_counts_losses() -> None:
@@ -230,3 +232,25 @@ def test_fatal_producer_error_replaces_the_producer_and_counts_losses() -> None:
         )
         == 1
     )
+
+
+def test_agent_keeps_events_within_the_schema_limits() -> None:
+    from streaming.schema.events import MAX_STRING_CHARS
+
+    factory = EventFactory("h" * 1000, "agent-1")
+    long_apps = [factory.make({"kind": "heartbeat", "version": "v" * 1000 + s}) for s in "ab"]
+    for e in long_apps:
+        assert len(e["host"]) == len(e["version"]) == MAX_STRING_CHARS
+    assert long_apps[0]["version"] != long_apps[1]["version"]  # cut, but still distinct
+    m = AgentMetrics()
+    out = io.StringIO()
+    sink = StreamSink(out, m)
+    huge = factory.make({"kind": "heartbeat", **{f"x{i}": "y" * 200 for i in range(100)}})
+    sink.send(huge)
+    sink.send(long_apps[0])
+    dropped = m.registry.get_sample_value(
+        "connmon_agent_events_dropped_total", {"reason": "too_large"}
+    )
+    assert dropped == 1
+    (line,) = out.getvalue().splitlines()
+    assert validate(line.encode()).reason in (None, "time_out_of_range")
