@@ -42,6 +42,7 @@ class BatchStats:
     max_event_s: float | None
     dead_letter_total: int
     late_events_total: int
+    input_rows: int = 0
 
 
 def check_checkpoint(state: StateFiles, cfg: DetectorConfig) -> None:
@@ -192,6 +193,7 @@ class BatchProcessor:
             result.max_event_s,
             self.windows.dead_letter_total,
             self.windows.late_total,
+            result.input_rows,
         )
         if self.on_output is not None:
             self.on_output(out)

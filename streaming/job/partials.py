@@ -200,6 +200,7 @@ class BatchResult:
     rejected: dict[str, int]  # dead-letter reason -> records of this batch
     watermark_s: float | None  # watermark in effect for this batch
     max_event_s: float | None  # newest event time seen so far
+    input_rows: int = 0  # records of this batch: valid, late and rejected
 
 
 @dataclass
@@ -226,8 +227,10 @@ class WindowState:
         late = 0
         rejected: dict[str, int] = {}
         newest = self.max_event_s
+        input_rows = 0
         for part in partials:
             events = int(part.get("events") or 0)
+            input_rows += events
             if part.get("reason") is not None:
                 rejected[part["reason"]] = rejected.get(part["reason"], 0) + events
                 continue
@@ -257,7 +260,7 @@ class WindowState:
             for k in closed:
                 del self.open[k]
             self._evicted.update(closed)
-        return BatchResult(rows, late, rejected, wm, self.max_event_s)
+        return BatchResult(rows, late, rejected, wm, self.max_event_s, input_rows)
 
     def to_state(self) -> dict[str, Any]:
         """Every open window (a snapshot)."""

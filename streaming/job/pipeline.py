@@ -3,6 +3,7 @@ transformations -> sinks. Live job and replay differ only in source, trigger and
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import shutil
@@ -20,7 +21,15 @@ from streaming.detectors.config import DetectorConfig
 from streaming.job import parse
 from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.settings import JobSettings
-from streaming.job.sinks import KafkaSink, MemorySink, Sink, dumps
+from streaming.job.sinks import (
+    CounterParam,
+    KafkaSink,
+    MemorySink,
+    ProduceErrors,
+    Sink,
+    dumps,
+    produce_partition,
+)
 from streaming.job.state_files import StateFiles
 from streaming.job.status import JOB_QUERY, StatusListener
 from streaming.job.times import iso
@@ -73,20 +82,21 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
 
 
 # ---- sinks ---------------------------------------------------------------------------------
-def kafka_dead_letter_writer(s: JobSettings) -> Callable[[DataFrame, int], None]:
+def kafka_dead_letter_writer(
+    s: JobSettings, errors: ProduceErrors
+) -> Callable[[DataFrame, int], None]:
     """Writes a decoded batch's rejected records to the dead-letter topic (key
-    ``partition:offset``, so a re-run batch writes the same keys again)."""
+    ``partition:offset``, so a re-run batch writes the same keys again) from the executors,
+    with the same producer settings and error handling as every other write of the job."""
 
     def write(df: DataFrame, _batch_id: int) -> None:
-        (
-            parse.dead_letters(df)
-            .select("key", "value")
-            .write.format("kafka")
-            .option("topic", s.deadletter_topic)
-            .option("kafka.bootstrap.servers", s.bootstrap_servers)
-            .options(**{f"kafka.{k}": v for k, v in s.kafka.items()})
-            .save()
+        counts = df.sparkSession.sparkContext.accumulator({}, CounterParam())
+        body = functools.partial(
+            produce_partition, s.deadletter_topic, s.bootstrap_servers, dict(s.producer), counts
         )
+        parse.dead_letters(df).select("key", "value").foreachPartition(body)
+        for (topic, error), n in counts.value.items():
+            errors.add(topic, error, n, detail="from the executors")
 
     return write
 
@@ -141,10 +151,12 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         temp_dirs.append(d)
         spark.sparkContext.addPyFile(package_zip(d))
 
-    sink = KafkaSink(s.bootstrap_servers, s.producer)
-    status_sink = KafkaSink(s.bootstrap_servers, s.producer)
+    errors = ProduceErrors()
+    sink = KafkaSink(s.bootstrap_servers, s.producer, errors)
+    status_sink = KafkaSink(s.bootstrap_servers, s.producer, errors)
 
     def publish_status(st: JobStatus) -> None:
+        st.produce_errors = errors.totals()
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
 
     processor = BatchProcessor(
@@ -154,7 +166,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         s.findings_topic,
         StateFiles(checkpoint),
         clock=lambda _agg: iso(_now()),  # type: ignore[arg-type,return-value]
-        write_dead_letters=kafka_dead_letter_writer(s),
+        write_dead_letters=kafka_dead_letter_writer(s, errors),
         max_age_s=s.max_event_age_s,
         max_future_s=s.max_event_future_s,
     )

@@ -1,15 +1,69 @@
-"""Where the driver writes the small outputs: Kafka (live job) or memory/JSON lines (replay)."""
+"""Where the job writes: Kafka (live job) or memory (replay).
+
+Every Kafka write tells two kinds of failure apart. A record the cluster refuses for what it is
+(too large for the topic, invalid) is dropped, logged once per topic and error, and counted in
+the job status (``produce_errors``): failing the batch would fail it again after every restart.
+A cluster that cannot take records at all (timeouts, no broker, no authorization) fails the
+batch, which is retried once the job restarts, so nothing is lost.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
 
+log = logging.getLogger(__name__)
+
+# librdkafka error names that concern one record, not the cluster.
+RECORD_ERRORS = frozenset(
+    {
+        "MSG_SIZE_TOO_LARGE",
+        "_MSG_SIZE_TOO_LARGE",
+        "RECORD_LIST_TOO_LARGE",
+        "INVALID_MSG",
+        "INVALID_MSG_SIZE",
+        "INVALID_RECORD",
+        "INVALID_TIMESTAMP",
+        "CORRUPT_MESSAGE",
+    }
+)
+
 
 class SinkError(RuntimeError):
     """Records could not be delivered; the batch fails and is retried after a restart."""
+
+
+def is_record_error(err: Any) -> bool:
+    """A KafkaError about the record itself: dropping the record is the only way forward."""
+    return err.name() in RECORD_ERRORS and not err.fatal()
+
+
+class ProduceErrors:
+    """Records dropped by (topic, error name), cumulative since the job started. Thread-safe:
+    delivery reports and the status listener run on different threads."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, topic: str, error: str, n: int = 1, detail: str = "") -> None:
+        with self._lock:
+            first = (topic, error) not in self._counts
+            self._counts[(topic, error)] += n
+        if first:  # once per topic and error: a flood of one error must not flood the log
+            log.error(
+                "dropped a record %s refuses (%s): %s; counted from now on", topic, error, detail
+            )
+
+    def totals(self) -> list[dict[str, Any]]:
+        with self._lock:
+            items = sorted(self._counts.items())
+        return [{"topic": t, "error": e, "total": n} for (t, e), n in items]
 
 
 class Sink(Protocol):
@@ -29,11 +83,43 @@ def dumps(value: Mapping[str, Any]) -> str:
     return encode(value).decode()
 
 
+class CounterParam:
+    """Spark accumulator of ``{(topic, error): n}`` counts from the executors."""
+
+    def zero(self, _value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - Spark's API
+        for k, n in b.items():
+            a[k] = a.get(k, 0) + n
+        return a
+
+
+def produce_partition(
+    topic: str, bootstrap: str, conf: Mapping[str, str], counts: Any, rows: Iterable[Any]
+) -> None:
+    """``foreachPartition`` body: write ``key``/``value`` rows from an executor."""
+    sink = KafkaSink(bootstrap, conf)
+    try:
+        sink.produce(
+            topic,
+            ((None if r.key is None else r.key.encode(), r.value.encode()) for r in rows),
+        )
+    finally:
+        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
+        sink.close()
+
+
 class KafkaSink:
     """An idempotent confluent-kafka producer in the driver; ``publish`` returns once every
     record is acknowledged and raises SinkError otherwise."""
 
-    def __init__(self, bootstrap: str, conf: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        conf: Mapping[str, str] | None = None,
+        errors: ProduceErrors | None = None,
+    ) -> None:
         from confluent_kafka import Producer
 
         settings = {
@@ -44,32 +130,48 @@ class KafkaSink:
         }
         settings.update(conf or {})
         self._producer = Producer(settings)
-        self._errors: list[str] = []
+        self.errors = errors if errors is not None else ProduceErrors()
+        self._failed: list[str] = []
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self._errors.append(f"{msg.topic()}: {err}")
+        if err is None:
+            return
+        if is_record_error(err):
+            self.errors.add(msg.topic(), err.name(), detail=err.str())
+        else:
+            self._failed.append(f"{msg.topic()}: {err}")
 
     def publish(
         self, topic: str, records: Sequence[tuple[str, dict[str, Any]]], timeout_s: float = 60.0
     ) -> None:
+        self.produce(topic, ((key.encode(), encode(value)) for key, value in records), timeout_s)
+
+    def produce(
+        self, topic: str, records: Iterable[tuple[bytes | None, bytes]], timeout_s: float = 60.0
+    ) -> None:
+        """Raw key/value pairs; returns once every record is acknowledged or dropped."""
+        from confluent_kafka import KafkaException
+
         for key, value in records:
             while True:
                 try:
                     self._producer.produce(
-                        topic,
-                        key=key.encode(),
-                        value=encode(value),
-                        on_delivery=self._on_delivery,
+                        topic, key=key, value=value, on_delivery=self._on_delivery
                     )
                     break
                 except BufferError:  # local queue full: let deliveries drain
                     self._producer.poll(0.5)
+                except KafkaException as exc:  # refused before sending, e.g. over message.max.bytes
+                    err = exc.args[0]
+                    if not is_record_error(err):
+                        raise SinkError(f"{topic}: {err}") from exc
+                    self.errors.add(topic, err.name(), detail=err.str())
+                    break
             self._producer.poll(0)
         left = self._producer.flush(timeout_s)
-        errors, self._errors = self._errors, []
-        if left or errors:
-            raise SinkError(f"{left} record(s) undelivered to {topic}; errors: {errors[:3]}")
+        failed, self._failed = self._failed, []
+        if left or failed:
+            raise SinkError(f"{left} record(s) undelivered to {topic}; errors: {failed[:3]}")
 
     def close(self) -> None:
         self._producer.flush(10)

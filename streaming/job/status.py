@@ -25,17 +25,24 @@ def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobSt
     processed batch's stats (None before the first batch)."""
     d = json.loads(p.json) if hasattr(p, "json") else p
     ts = d["timestamp"]
+    batch_id = int(d["batchId"])
+    rows = int(d.get("numInputRows") or 0)
+    # Spark counts every read of the source: a batch with dead letters is read twice. The
+    # batch's own count is exact; Spark's rates are scaled by the same factor.
+    scale = 1.0
+    if stats is not None and stats.batch_id == batch_id and rows:
+        scale, rows = stats.input_rows / rows, stats.input_rows
     watermark = stats.watermark_s if stats is not None else None
     max_event = stats.max_event_s if stats is not None else None
     return JobStatus(
         job_id=job_id,
         query=d.get("name") or "",
-        batch_id=int(d["batchId"]),
+        batch_id=batch_id,
         timestamp=iso(epoch(ts)),
         batch_duration_s=float(d.get("batchDuration") or 0) / 1000.0,
-        input_rows_per_s=float(d.get("inputRowsPerSecond") or 0.0),
-        processed_rows_per_s=float(d.get("processedRowsPerSecond") or 0.0),
-        num_input_rows=int(d.get("numInputRows") or 0),
+        input_rows_per_s=float(d.get("inputRowsPerSecond") or 0.0) * scale,
+        processed_rows_per_s=float(d.get("processedRowsPerSecond") or 0.0) * scale,
+        num_input_rows=rows,
         watermark=iso(watermark) if watermark is not None else None,
         watermark_delay_s=round(epoch(ts) - watermark, 3) if watermark is not None else None,
         dead_letter_total=stats.dead_letter_total if stats is not None else 0,

@@ -39,6 +39,8 @@ class JobStatus:
     dead_letter_total: int
     late_events_total: int
     last_event_time: str | None
+    # records a topic refused and the job dropped: [{"topic", "error", "total"}], since start
+    produce_errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

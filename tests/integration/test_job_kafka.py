@@ -3,7 +3,9 @@ letters and job status out; SIGKILL + restart from the checkpoint; a Spark stand
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import importlib.util
 import json
 import os
@@ -55,7 +57,7 @@ class Topics:
         )
 
     def settings(self, **kw: Any) -> JobSettings:
-        s = JobSettings(
+        base: dict[str, Any] = dict(
             bootstrap_servers=self.bootstrap,
             events_topic=self.events,
             aggregates_topic=self.aggregates,
@@ -65,8 +67,8 @@ class Topics:
             trigger="1s",
             starting_offsets="earliest",
             shuffle_partitions=2,
-            **kw,
         )
+        s = JobSettings(**(base | kw))
         return s.validate()
 
     def cli_args(self) -> list[str]:
@@ -78,16 +80,23 @@ class Topics:
         ]  # fmt: skip
 
 
-def produce(bootstrap: str, topic: str, lines: list[str], key: str = "host") -> None:
+def produce(bootstrap: str, topic: str, lines: list[str] | list[bytes], key: str = "host") -> None:
     from confluent_kafka import Producer
 
     errors: list[str] = []
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "message.max.bytes": 1048576,  # the broker's default limit, not librdkafka's lower one
+        }
+    )
     for line in lines:
         p.produce(
             topic,
             key=key.encode(),
-            value=line.encode(),
+            value=line if isinstance(line, bytes) else line.encode(),
             on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
         )
         p.poll(0)
@@ -179,13 +188,19 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
             "key", "updated_at",
         }  # fmt: skip
 
+        n_bad = len(gen.MALFORMED)
         dead = wait_for(
-            "8 dead letters",
-            lambda: (d := consume_all(t.bootstrap, t.deadletter)) and len(d) >= 8 and d,
+            f"{n_bad} dead letters",
+            lambda: (d := consume_all(t.bootstrap, t.deadletter)) and len(d) >= n_bad and d,
         )
         reasons = sorted(v["reason"] for _, v in dead)
         assert reasons == sorted(gen.MALFORMED_REASONS)
         assert all(v["raw"] and v["topic"] == t.events for _, v in dead)
+        # a dead letter keeps a bounded prefix of the record, its size and its hash
+        big = next(v for _, v in dead if v["reason"] == "too_large")
+        raw = next(line.encode() for line in gen.MALFORMED if len(line) > 16384)
+        assert base64.b64decode(big["raw"]) == raw[:4096]
+        assert (big["raw_bytes"], big["raw_sha256"]) == (len(raw), hashlib.sha256(raw).hexdigest())
 
         aggs = latest_by_key(consume_all(t.bootstrap, t.aggregates))
         a = aggs["client|app-7|payments-sarama|2"]
@@ -195,7 +210,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         status = wait_for(
             "job status with the dead-letter total",
             lambda: [
-                v for _, v in consume_all(t.bootstrap, t.status) if v["dead_letter_total"] == 8
+                v for _, v in consume_all(t.bootstrap, t.status) if v["dead_letter_total"] == n_bad
             ],
         )
         assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
@@ -209,6 +224,34 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
             ),
         )
         assert dup["evidence"]["dup_max_idle_s"] >= 120 and "10.0.1.5:" in dup["summary"]
+        assert all(q.isActive for q in job.queries)
+    finally:
+        job.stop()
+
+
+def test_a_record_a_topic_refuses_is_dropped_and_counted_not_fatal(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    # An aggregates topic that refuses every aggregate (they are larger than 300 bytes).
+    small = f"{unique_name}.small-aggregates"
+    create_topics(t.bootstrap, {small: 1}, config={"max.message.bytes": "300"})
+    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
+    job = start_job(spark, t.settings(checkpoint=str(tmp_path / "ckpt"), aggregates_topic=small))
+    try:
+        wait_for(
+            "the finding, though every aggregate was refused",
+            lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
+                "close_wait_buildup|client:app-7:payments-sarama|2"
+            ),
+        )
+        status = wait_for(
+            "produce errors in the job status",
+            lambda: [v for _, v in consume_all(t.bootstrap, t.status) if v["produce_errors"]],
+        )
+        (err,) = status[-1]["produce_errors"]
+        assert (err["topic"], err["error"]) == (small, "MSG_SIZE_TOO_LARGE") and err["total"] > 0
+        assert consume_all(t.bootstrap, small) == []
         assert all(q.isActive for q in job.queries)
     finally:
         job.stop()
@@ -312,6 +355,49 @@ def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
             "close_wait_buildup|client:app-7:payments-sarama|2",
             "duplicate_connections|client:app-5:billing-service|1",
         } <= keys
+    finally:
+        _kill_group(p, signal.SIGTERM)
+
+
+def test_oversized_records_never_stop_the_job_nor_its_restart(kafka_cluster, unique_name, tmp_path):
+    """At the broker's default limits: a ~1 MB invalid record and a valid event with a 400 KB
+    app name are dead-lettered; later events still aggregate, before and after a SIGKILL."""
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    hostile_app = recording("close_wait_leak")[-1] | {"app": "a" * 400_000}
+    produce(t.bootstrap, t.events, [b"\xff" + b"x" * 999_000, json.dumps(hostile_app).encode()])
+    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
+    args = [*t.cli_args(), "--checkpoint", str(tmp_path / "ckpt")]
+    log = tmp_path / "job.log"
+    p = _start_cli(args, log)
+    try:
+        dead = wait_for(
+            "two dead letters", lambda: (d := consume_all(t.bootstrap, t.deadletter)) and d
+        )
+        assert sorted((v["reason"], v["raw_bytes"]) for _, v in dead) == sorted(
+            [("too_large", 999_001), ("too_large", len(json.dumps(hostile_app)))]
+        )
+        assert all(len(base64.b64decode(v["raw"])) == 4096 for _, v in dead)
+        wait_for(
+            "the leak's aggregate",
+            lambda: (
+                "client|app-7|payments-sarama|2"
+                in latest_by_key(consume_all(t.bootstrap, t.aggregates))
+            ),
+        )
+        _kill_group(p)
+        produce(t.bootstrap, t.events, [b"{" + b" " * 1_000_000 + b"}"], key="again")
+        produce(t.bootstrap, t.events, lines(recording("duplicate_bootstrap")), key="app-5")
+        p = _start_cli(args, log)
+        wait_for(
+            "an aggregate of events sent after the restart",
+            lambda: any(
+                k.startswith("client|app-5|")
+                for k in latest_by_key(consume_all(t.bootstrap, t.aggregates))
+            ),
+            240,
+        )
+        assert p.poll() is None, log.read_text()[-3000:]
+        assert len(consume_all(t.bootstrap, t.deadletter)) == 3
     finally:
         _kill_group(p, signal.SIGTERM)
 

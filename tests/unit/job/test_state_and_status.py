@@ -78,6 +78,7 @@ def test_status_record_matches_the_contract_example():
         max_event_s=epoch("2026-11-21T05:01:01.900Z"),
         dead_letter_total=3,
         late_events_total=0,
+        input_rows=2400,
     )
     st = status_from_progress(_progress(42), "connmon-job", stats).to_dict()
     assert st == {
@@ -95,7 +96,22 @@ def test_status_record_matches_the_contract_example():
         "dead_letter_total": 3,
         "late_events_total": 0,
         "last_event_time": "2026-11-21T05:01:01.900Z",
+        "produce_errors": [],
     }
+
+
+def test_status_counts_a_batch_read_twice_once():
+    # Spark's progress counts both reads of a batch with dead letters; the batch's own count
+    # of 1200 records wins and the rates are scaled by the same factor.
+    stats = BatchStats(42, None, None, 5, 0, input_rows=1200)
+    st = status_from_progress(_progress(42), "j", stats)
+    assert (st.num_input_rows, st.input_rows_per_s, st.processed_rows_per_s) == (
+        1200,
+        600.25,
+        1200.05,
+    )
+    # stats of an older batch are not this batch's count
+    assert status_from_progress(_progress(43), "j", stats).num_input_rows == 2400
 
 
 def test_status_before_the_first_batch_has_no_watermark():
