@@ -125,11 +125,11 @@ def settings_from_args(args: argparse.Namespace) -> JobSettings:
 
 
 def _session(s: JobSettings, app: str) -> Any:
-    from streaming.stack.spark import local_session
+    from streaming.job.session import job_session
 
     logging.getLogger("py4j").setLevel(logging.WARNING)
     conf = {"spark.sql.shuffle.partitions": str(s.shuffle_partitions), **s.spark_conf}
-    return local_session(app_name=app, master=s.master, conf=conf)
+    return job_session(app, s.master, conf)
 
 
 def run_job(args: argparse.Namespace) -> int:

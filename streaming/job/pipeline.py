@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
 from streaming.job import parse
 from streaming.job.batch import BatchProcessor, check_checkpoint
+from streaming.job.session import connector_package
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import (
     CounterParam,
@@ -60,7 +62,16 @@ def kafka_options(s: JobSettings) -> dict[str, str]:
 
 def kafka_source(spark: SparkSession, s: JobSettings) -> DataFrame:
     """The events topic, only the columns the job reads."""
-    raw = spark.readStream.format("kafka").options(**kafka_options(s)).load()
+    try:
+        raw = spark.readStream.format("kafka").options(**kafka_options(s)).load()
+    except Exception as exc:
+        if "Failed to find data source: kafka" not in str(exc):
+            raise
+        raise ConfigError(
+            "spark.jars: Spark's Kafka connector is not on the classpath; run `make setup`, set "
+            "CONNMON_SPARK_JARS to a folder of its jars, or pass --spark-conf "
+            f"spark.jars.packages={connector_package()}"
+        ) from None
     return raw.select(*parse.RAW_COLUMNS)
 
 
