@@ -4,14 +4,22 @@ from streaming.mixin import grafana as gf
 from streaming.mixin.config import DEFAULT as cfg
 
 d = cfg.detectors
-F = f'{cfg.exporter_selector}, side="broker", host=~"$host", broker_id=~"$broker"'
-PEER = "{{peer_host}} -> {{broker_id}}"
+F = (
+    f'{cfg.exporter_selector}, side="broker", cluster=~"$cluster", host=~"$host", '
+    'broker_id=~"$broker"'
+)
+PEER = "{{peer_host}} -> {{cluster}}/{{broker_id}}"
 
 panels = [
     gf.timeseries(
         "Client connections by state",
         "Sockets on the broker hosts by TCP state.",
-        [(f"sum by (broker_id, state) (connmon_sockets{{{F}}})", "{{broker_id}} {{state}}")],
+        [
+            (
+                f"sum by (cluster, broker_id, state) (connmon_sockets{{{F}}})",
+                "{{cluster}}/{{broker_id}} {{state}}",
+            )
+        ],
         "short",
         width=24,
         stack=True,
@@ -21,7 +29,7 @@ panels = [
         "The 20 client addresses with the most ESTABLISHED connections to the brokers.",
         [
             (
-                f"topk(20, sum by (peer_host, broker_id) (connmon_sockets{{{F}, "
+                f"topk(20, sum by (peer_host, cluster, broker_id) (connmon_sockets{{{F}, "
                 f'state="ESTABLISHED"}}))',
                 PEER,
             )

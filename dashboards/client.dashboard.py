@@ -4,15 +4,23 @@ from streaming.mixin import grafana as gf
 from streaming.mixin.config import DEFAULT as cfg
 
 d = cfg.detectors
-F = f'{cfg.exporter_selector}, side="client", host=~"$host", app=~"$app", broker_id=~"$broker"'
-BY = "{{app}} @ {{host}} -> {{broker_id}}"
+F = (
+    f'{cfg.exporter_selector}, side="client", cluster=~"$cluster", host=~"$host", app=~"$app", '
+    'broker_id=~"$broker"'
+)
+BY = "{{app}} @ {{host}} -> {{cluster}}/{{broker_id}}"
 
 panels = [
     gf.row("Sockets"),
     gf.timeseries(
         "Sockets by broker and state",
         "The client's Kafka sockets per broker and TCP state (latest in each window).",
-        [(f"sum by (broker_id, state) (connmon_sockets{{{F}}})", "{{broker_id}} {{state}}")],
+        [
+            (
+                f"sum by (cluster, broker_id, state) (connmon_sockets{{{F}}})",
+                "{{cluster}}/{{broker_id}} {{state}}",
+            )
+        ],
         "short",
         width=24,
     ),
@@ -54,7 +62,7 @@ panels = [
         [
             (f"connmon_connection_opens_per_second{{{F}}}", "opens " + BY),
             (
-                f"sum by (app, host, broker_id, closed_by) "
+                f"sum by (app, host, cluster, broker_id, closed_by) "
                 f"(connmon_connection_closes_per_second{{{F}}})",
                 "closes by {{closed_by}} " + BY,
             ),

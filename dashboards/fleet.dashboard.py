@@ -6,8 +6,8 @@ from streaming.mixin.config import DEFAULT as cfg
 
 d = cfg.detectors
 ex = cfg.exporter_selector
-F = f'{ex}, host=~"$host", app=~"$app", broker_id=~"$broker"'
-PAIR = "{{app}} @ {{host}} -> {{broker_id}} ({{side}})"
+F = f'{ex}, cluster=~"$cluster", host=~"$host", app=~"$app", broker_id=~"$broker"'
+PAIR = "{{app}} @ {{host}} -> {{cluster}}/{{broker_id}} ({{side}})"
 
 panels = [
     gf.stat(

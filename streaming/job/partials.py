@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming.schema.aggregates import key_part
+from streaming.schema.aggregates import SERIES_FIELDS, key_part
 from streaming.schema.events import STATE_NAMES
 
 # Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
@@ -34,12 +34,11 @@ STATE_DETAIL = {
     "CLOSE_WAIT": ("oldest_state_age_s",),
 }
 SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
-SERIES = ("side", "host", "app", "broker", "peer_host")
+SERIES = SERIES_FIELDS
 
 MAX_FIELDS = (
     "last_event_s",
     "broker_id",
-    "cluster",
     "broker_endpoint",
     "summary_last_t",
     "summary_interval_s",

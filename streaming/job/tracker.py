@@ -30,18 +30,14 @@ from streaming.detectors import DETECTORS
 from streaming.detectors.config import DetectorConfig
 from streaming.job.times import epoch as _epoch
 from streaming.job.times import iso
-from streaming.schema.aggregates import HOST_SERIES, Aggregate
+from streaming.schema.aggregates import HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
 # What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend) plus
 # identity; the checkpointed history keeps only these.
 HISTORY_FIELDS = (
-    "side",
-    "host",
-    "app",
-    "broker",
-    "peer_host",
+    *SERIES_FIELDS,
     "window_start",
     "window_end",
     "window_s",
@@ -239,7 +235,7 @@ class Tracker:
 
     @staticmethod
     def _key(agg: Aggregate, kind: str) -> str:
-        return finding_key(kind, agg.client, agg.broker)
+        return finding_key(kind, agg.client, agg.cluster, agg.broker)
 
     def _resolve(
         self, key: str, last: Finding, start: str, end: str, agg: Aggregate | None, out: Output

@@ -1,10 +1,10 @@
 """One micro-batch's events -> partial window rows: one aggregation of built-in functions.
 
-A series is (side, host, app, broker[, peer_host]); heartbeats carry no series and form a
+A series is ``aggregates.SERIES_FIELDS``; heartbeats carry no series and form a
 host-level group (side, app and broker null) whose counters give the host's failed connects.
 Every statistic is mergeable (``partials`` merges batches in the driver), and every aggregation
 buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
-(cluster, broker endpoint, the duplicate connection's 4-tuple) are grouping keys instead, and
+(broker endpoint, the duplicate connection's 4-tuple) are grouping keys instead, and
 the merge folds their rows together. Rejected records form one group per reason (all other keys
 null), so one pass over the batch also counts the dead letters.
 """
@@ -96,7 +96,6 @@ class Partials:
         self.keys = [
             F.when(valid, start_us / F.lit(1e6)).alias("window_start_s"),
             *[F.when(valid, broker if k == "broker" else F.col(k)).alias(k) for k in SERIES],
-            F.when(valid, F.col("cluster")).alias("cluster"),
             F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
             F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
             F.col("reason"),

@@ -141,7 +141,8 @@ def layout(panels: Iterable[g.Panel]) -> list[g.Panel]:
 
 
 def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
-    """datasource, host, app, broker: chained, multi-select, refreshed on time range change."""
+    """datasource, cluster, host, app, broker: chained, multi-select, refreshed on time range
+    change. Broker ids repeat across Kafka clusters, so the cluster comes first."""
     side_m = f'side="{side}"' if side else ""
     base = f"connmon_sockets{{{cfg.exporter_selector}{', ' + side_m if side_m else ''}"
     ds = g.Template(
@@ -168,9 +169,12 @@ def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
 
     return [
         ds,
-        query_var("host", "Host", "host", ""),
-        query_var("app", "App", "app", ', host=~"$host"'),
-        query_var("broker", "Broker", "broker_id", ', host=~"$host", app=~"$app"'),
+        query_var("cluster", "Cluster", "cluster", ""),
+        query_var("host", "Host", "host", ', cluster=~"$cluster"'),
+        query_var("app", "App", "app", ', cluster=~"$cluster", host=~"$host"'),
+        query_var(
+            "broker", "Broker", "broker_id", ', cluster=~"$cluster", host=~"$host", app=~"$app"'
+        ),
     ]
 
 

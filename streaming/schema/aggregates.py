@@ -30,9 +30,18 @@ def key_part(text: str, colon: bool = False) -> str:
     return text.translate(_ESCAPE_BAR_COLON if colon else _ESCAPE_BAR)
 
 
-def series_key(side: str, host: str, app: str, broker: str, peer_host: str | None) -> str:
-    """``side|host|app|broker`` (client side) or ``...|peer_host`` (broker side)."""
-    parts = [side, host, app, broker]
+# A series: one client (side, host, app, and on the broker side the client's address) and one
+# broker of one Kafka cluster. The one definition of series identity: keys, the job's windows,
+# the detectors' history and the exported labels all follow it.
+SERIES_FIELDS = ("side", "host", "app", "cluster", "broker", "peer_host")
+
+
+def series_key(
+    side: str, host: str, app: str, cluster: str | None, broker: str, peer_host: str | None
+) -> str:
+    """``side|host|app|cluster|broker`` (client side) or ``...|peer_host`` (broker side); an
+    unknown cluster is empty. Broker ids repeat across clusters, so the cluster is part of it."""
+    parts = [side, host, app, cluster or "", broker]
     if side == "broker":
         parts.append(peer_host or "")
     return "|".join(key_part(p) for p in parts)
@@ -93,7 +102,7 @@ class Aggregate:
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).
     @cached_property
     def series(self) -> str:
-        return series_key(self.side, self.host, self.app, self.broker, self.peer_host)
+        return series_key(self.side, self.host, self.app, self.cluster, self.broker, self.peer_host)
 
     @cached_property
     def client(self) -> str:
@@ -110,14 +119,13 @@ class Aggregate:
         """Inverse of ``to_dict``; unknown keys (newer producers) are ignored."""
         return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
 
+    @cached_property
+    def identity(self) -> tuple[Any, ...]:
+        """The ``SERIES_FIELDS`` values."""
+        return tuple(getattr(self, f) for f in SERIES_FIELDS)
+
     def same_series(self, other: Aggregate) -> bool:
-        return (self.side, self.host, self.app, self.broker, self.peer_host) == (
-            other.side,
-            other.host,
-            other.app,
-            other.broker,
-            other.peer_host,
-        )
+        return self.identity == other.identity
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Aggregate))

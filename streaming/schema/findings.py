@@ -1,6 +1,7 @@
 """``connmon.findings`` value, schema 1 (docs/topics.md, examples in docs/findings.md).
 
-Keyed ``kind|client|broker`` so a retry after a restart overwrites instead of duplicating.
+Keyed ``kind|client|cluster|broker`` so a retry after a restart overwrites instead of
+duplicating.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ SEVERITIES = ("info", "warning", "critical")
 STATUSES = ("firing", "resolved")
 
 
-def finding_key(kind: str, client: str, broker: str) -> str:
-    """``kind|client|broker``; ``client`` is already a ``client_id`` (escaped)."""
-    return f"{kind}|{client}|{key_part(broker)}"
+def finding_key(kind: str, client: str, cluster: str | None, broker: str) -> str:
+    """``kind|client|cluster|broker``; ``client`` is already a ``client_id`` (escaped)."""
+    return f"{kind}|{client}|{key_part(cluster or '')}|{key_part(broker)}"
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Finding:
     @property
     def key(self) -> str:
         client = client_id(self.side, self.host, self.app, self.peer_host)
-        return finding_key(self.kind, client, self.broker)
+        return finding_key(self.kind, client, self.cluster, self.broker)
 
     @classmethod
     def for_series(

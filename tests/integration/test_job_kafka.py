@@ -176,7 +176,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
 
         def cw_finding():
             found = latest_by_key(consume_all(t.bootstrap, t.findings))
-            f = found.get("close_wait_buildup|client:app-7:payments-sarama|2")
+            f = found.get("close_wait_buildup|client:app-7:payments-sarama|prod-eu|2")
             return f if f and f["evidence"]["close_wait_count"] == 7 else None
 
         f = wait_for("close_wait_buildup finding", cw_finding)
@@ -203,9 +203,9 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         assert (big["raw_bytes"], big["raw_sha256"]) == (len(raw), hashlib.sha256(raw).hexdigest())
 
         aggs = latest_by_key(consume_all(t.bootstrap, t.aggregates))
-        a = aggs["client|app-7|payments-sarama|2"]
+        a = aggs["client|app-7|payments-sarama|prod-eu|2"]
         assert a["close_wait_count"] == 7 and a["sockets"]["CLOSE_WAIT"] == 7
-        assert a["series"] == "client|app-7|payments-sarama|2" and a["schema"] == 1
+        assert a["series"] == "client|app-7|payments-sarama|prod-eu|2" and a["schema"] == 1
 
         status = wait_for(
             "job status with the dead-letter total",
@@ -220,7 +220,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         dup = wait_for(
             "duplicate_connections finding",
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
-                "duplicate_connections|client:app-5:billing-service|1"
+                "duplicate_connections|client:app-5:billing-service|prod-eu|1"
             ),
         )
         assert dup["evidence"]["dup_max_idle_s"] >= 120 and "10.0.1.5:" in dup["summary"]
@@ -242,7 +242,7 @@ def test_a_record_a_topic_refuses_is_dropped_and_counted_not_fatal(
         wait_for(
             "the finding, though every aggregate was refused",
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
-                "close_wait_buildup|client:app-7:payments-sarama|2"
+                "close_wait_buildup|client:app-7:payments-sarama|prod-eu|2"
             ),
         )
         status = wait_for(
@@ -352,8 +352,8 @@ def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
         keys = {k for k, _ in consume_all(t.bootstrap, t.findings)}
         assert keys == set(expected) == set(got)
         assert {
-            "close_wait_buildup|client:app-7:payments-sarama|2",
-            "duplicate_connections|client:app-5:billing-service|1",
+            "close_wait_buildup|client:app-7:payments-sarama|prod-eu|2",
+            "duplicate_connections|client:app-5:billing-service|prod-eu|1",
         } <= keys
     finally:
         _kill_group(p, signal.SIGTERM)
@@ -380,7 +380,7 @@ def test_oversized_records_never_stop_the_job_nor_its_restart(kafka_cluster, uni
         wait_for(
             "the leak's aggregate",
             lambda: (
-                "client|app-7|payments-sarama|2"
+                "client|app-7|payments-sarama|prod-eu|2"
                 in latest_by_key(consume_all(t.bootstrap, t.aggregates))
             ),
         )
@@ -452,7 +452,7 @@ def test_job_on_a_standalone_cluster(kafka_cluster, standalone, unique_name, tmp
         f = wait_for(
             "idle_zombie finding from the cluster",
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
-                "idle_zombie|client:app-6:legacy-reporter|2"
+                "idle_zombie|client:app-6:legacy-reporter|prod-eu|2"
             ),
             timeout_s=240,
         )

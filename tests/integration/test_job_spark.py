@@ -169,6 +169,31 @@ def test_replay_close_wait_leak_gives_a_finding_with_evidence(spark):
     assert result.dead_letters == []
 
 
+def test_the_same_broker_id_in_two_clusters_is_two_series(spark, tmp_path):
+    # One process talks to broker 2 of two clusters; only its connections to prod-eu leak.
+    leak = gen.close_wait_leak(gen.RECORDED_START)
+    other = [
+        e | {"host": "app-7", "app": "payments-sarama", "cluster": "dr-us"}
+        | ({"broker_endpoint": "10.9." + e["broker_endpoint"].split(".", 2)[2]}
+           if "broker_endpoint" in e else {})
+        for e in gen.healthy(gen.RECORDED_START)
+    ]  # fmt: skip
+    assert {e.get("cluster") for e in leak} - {None} == {"prod-eu"}
+    path = tmp_path / "two-clusters.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in sorted(leak + other, key=lambda e: e["seq"])))
+    result = replay(spark, str(path), DetectorConfig())
+    cw = {f["key"]: f for f in result.findings if f["kind"] == "close_wait_buildup"}
+    assert list(cw) == ["close_wait_buildup|client:app-7:payments-sarama|prod-eu|2"]
+    assert {f["cluster"] for f in result.findings} == {"prod-eu"}
+    series = {a["series"]: a for a in result.aggregates if a["broker"] == "2"}
+    assert set(series) == {
+        "client|app-7|payments-sarama|prod-eu|2",
+        "client|app-7|payments-sarama|dr-us|2",
+    }
+    dr = [a for a in result.aggregates if a["cluster"] == "dr-us"]
+    assert dr and all(a["close_wait_count"] == 0 for a in dr)
+
+
 EXPECTED_KINDS = {
     "healthy": set(),
     "idle_churn": {"idle_churn"},

@@ -90,7 +90,7 @@ def test_close_wait_finding_names_the_leak_and_the_settings():
     assert "7 socket(s) in CLOSE_WAIT toward broker 2" in f.summary
     assert "Sarama" in f.recommendation and "poll()" in f.recommendation
     assert "connections.max.idle.ms" in f.recommendation
-    assert f.key == "close_wait_buildup|client:web-1:orders|2"
+    assert f.key == "close_wait_buildup|client:web-1:orders||2"
 
 
 def test_close_wait_trend_across_windows_makes_it_critical():
@@ -115,7 +115,7 @@ def test_close_wait_broker_side_recommendation_is_about_the_broker():
     )
     (f,) = close_wait_buildup.detect(agg, CFG)
     assert "10.0.1.5" in f.summary and "num.network.threads" in f.recommendation
-    assert f.key == "close_wait_buildup|broker:web-1:kafka-broker:10.0.1.5|2"
+    assert f.key == "close_wait_buildup|broker:web-1:kafka-broker:10.0.1.5||2"
 
 
 # ---- idle_zombie -------------------------------------------------------------------------------

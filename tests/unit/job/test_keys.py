@@ -18,28 +18,38 @@ NAMES = sorted({"".join(p) for p in itertools.product(PIECES, repeat=2)})
 
 
 def test_usual_names_give_the_documented_keys():
-    assert series_key("client", "web-1", "orders", "10.0.0.11:9092", None) == (
-        "client|web-1|orders|10.0.0.11:9092"
+    assert series_key("client", "web-1", "orders", "prod", "10.0.0.11:9092", None) == (
+        "client|web-1|orders|prod|10.0.0.11:9092"
     )
-    assert series_key("broker", "b-1", "kafka-broker", "1", "2001:db8::5") == (
-        "broker|b-1|kafka-broker|1|2001:db8::5"
+    assert series_key("broker", "b-1", "kafka-broker", None, "1", "2001:db8::5") == (
+        "broker|b-1|kafka-broker||1|2001:db8::5"
     )
     assert client_id("broker", "b-1", "kafka-broker", "2001:db8::5") == (
         "broker:b-1:kafka-broker:2001:db8::5"
     )
-    assert finding_key("idle_churn", client_id("client", "web-1", "orders", None), "2") == (
-        "idle_churn|client:web-1:orders|2"
+    client = client_id("client", "web-1", "orders", None)
+    assert finding_key("idle_churn", client, "prod", "2") == "idle_churn|client:web-1:orders|prod|2"
+
+
+def test_the_same_broker_id_in_two_clusters_is_two_series():
+    a, b = (series_key("client", "h", "mm2", c, "1", None) for c in ("east", "west"))
+    assert a != b
+    client = client_id("client", "h", "mm2", None)
+    assert finding_key("idle_churn", client, "east", "1") != finding_key(
+        "idle_churn", client, "west", "1"
     )
 
 
 def test_distinct_series_never_share_a_key():
     series: dict[str, tuple] = {}
     findings: dict[str, tuple] = {}
-    for host, app, broker in itertools.product(NAMES, NAMES, ("1", "h:9092", "x|y", "%")):
-        for peer in (None, "10.0.0.5", "::1", "a|b"):
-            ident = ("broker", host, app, broker, peer)
+    brokers = ("1", "h:9092", "x|y", "%")
+    for host, app, broker in itertools.product(NAMES, NAMES, brokers):
+        for peer, cluster in itertools.product((None, "10.0.0.5", "::1", "a|b"), (None, "c|1")):
+            ident = ("broker", host, app, cluster, broker, peer)
             assert series.setdefault(series_key(*ident), ident) == ident
-            key = finding_key("idle_churn", client_id("broker", host, app, peer), broker)
+            client = client_id("broker", host, app, peer)
+            key = finding_key("idle_churn", client, cluster, broker)
             assert findings.setdefault(key, ident) == ident
 
 
@@ -47,12 +57,12 @@ def test_window_keys_are_distinct_for_distinct_series():
     seen: dict[str, tuple] = {}
     for host, app in itertools.product(NAMES, NAMES):
         part = {"window_start_s": 60.0, "side": "client", "host": host, "app": app,
-                "broker": "1", "peer_host": None}  # fmt: skip
+                "cluster": "c", "broker": "1", "peer_host": None}  # fmt: skip
         ident = (host, app)
         assert seen.setdefault(window_key(part), ident) == ident
     plain = {"window_start_s": 60.0, "side": "client", "host": "web-1", "app": "orders",
-             "broker": "1", "peer_host": None}  # fmt: skip
-    assert window_key(plain) == "60.0|client|web-1|orders|1|"
+             "cluster": "prod", "broker": "1", "peer_host": None}  # fmt: skip
+    assert window_key(plain) == "60.0|client|web-1|orders|prod|1|"
 
 
 def _leak(host: str, app: str) -> Aggregate:

@@ -60,7 +60,7 @@ def test_resolves_after_a_complete_window_without_the_condition():
     out = t.process([agg(2)], {})
     assert statuses(out) == [("close_wait_buildup", "resolved", "05:02")]
     assert out.findings[0].summary.startswith("Resolved: ")
-    assert out.findings[0].key == "close_wait_buildup|client:web-1:orders|2"
+    assert out.findings[0].key == "close_wait_buildup|client:web-1:orders||2"
 
 
 def test_stale_series_is_resolved_by_event_time():
@@ -183,6 +183,6 @@ def test_only_firing_findings_and_recent_series_are_remembered():
     t.process([leak(0)], {})
     t.process([agg(10, host="web-2")], {})  # web-1's finding resolves as stale
     assert list(t.findings) == []
-    assert set(t.history) == {"client|web-1|orders|2", "client|web-2|orders|2"}
+    assert set(t.history) == {"client|web-1|orders||2", "client|web-2|orders||2"}
     t.process([_at(45, host="web-2")], {})  # 35 min later: web-1 is past the history kept
-    assert set(t.history) == {"client|web-2|orders|2"}
+    assert set(t.history) == {"client|web-2|orders||2"}

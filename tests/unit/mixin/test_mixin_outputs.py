@@ -146,7 +146,7 @@ def test_dashboards_are_modern_grafana_json() -> None:
         assert d["schemaVersion"] == 39
         assert {"rows", "style", "sharedCrosshair", "hideControls"}.isdisjoint(d)
         assert [v["name"] for v in d["templating"]["list"]] == [
-            "datasource", "host", "app", "broker",
+            "datasource", "cluster", "host", "app", "broker",
         ]  # fmt: skip
         assert d["refresh"] == DEFAULT.dashboard_refresh
         for p in d["panels"]:
