@@ -8,7 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streaming.exporter.store import ROLES, Snapshot, Store
 from streaming.metricnames import metric
-from streaming.metricnames.connmon import AGGREGATE_METRICS, JOB_METRICS
+from streaming.metricnames.connmon import AGGREGATE_METRICS, JOB_METRICS, JOB_PRODUCE_ERRORS
 
 SIMPLE_AGGREGATES = tuple(
     m.name
@@ -61,6 +61,11 @@ class ConnmonCollector:
             for name, value in status.values.items():
                 job[name].add_metric([status.job_id, status.query], value)
         yield from job.values()
+        produce = _family(JOB_PRODUCE_ERRORS.name)
+        for status in snap.statuses:
+            for topic, error, total in status.produce_errors:
+                produce.add_metric([status.job_id, status.query, topic, error], total)
+        yield produce
 
         for name, samples in self_metric_samples(snap):
             family = _family(name)

@@ -13,11 +13,14 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from streaming.exporter.parse import InvalidMessage, parse_aggregate, parse_finding, parse_status
+from streaming.exporter.ratelimit import LogLimiter
 from streaming.exporter.store import Store
 
 log = logging.getLogger(__name__)
 
 PARTITION_REFRESH_S = 30.0
+# Rejected messages are counted one by one; a flood of them is logged once per kind and interval.
+_rejections = LogLimiter(log)
 
 
 def handle(store: Store, role: str, key: bytes | None, value: bytes | None, where: str) -> None:
@@ -35,8 +38,30 @@ def handle(store: Store, role: str, key: bytes | None, value: bytes | None, wher
         else:
             store.put_status(parse_status(value))
     except InvalidMessage as exc:
-        log.warning("rejected %s message at %s: %s", role, where, exc)
+        _rejections.log(
+            (role, exc.reason), logging.WARNING, "rejected %s message at %s: %s", role, where, exc
+        )
         store.reject(role, exc.reason, exc.detail, where, value)
+
+
+def error_kind(err: object) -> str:
+    """A bounded name for a Kafka error (``KafkaError.name()``, e.g. ``_TRANSPORT``)."""
+    name = getattr(err, "name", None)
+    return str(name()) if callable(name) else type(err).__name__
+
+
+class _ClientLog:
+    """The Kafka client's own log, limited per level and facility.
+
+    The client calls ``log(level, "%s [%s] %s", facility, client_name, text)``.
+    """
+
+    def __init__(self, limiter: LogLimiter) -> None:
+        self._limiter = limiter
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        facility = args[0] if args else msg
+        self._limiter.log(("client", level, facility), level, "librdkafka: " + msg, *args)
 
 
 class TopicReader:
@@ -49,10 +74,13 @@ class TopicReader:
         store: Store,
         kafka_config: Mapping[str, str] | None = None,
         consumer_factory: Callable[[dict], object] | None = None,
+        log_limiter: LogLimiter | None = None,
     ) -> None:
         self._topics = dict(topics)
         self._role_by_topic = {t: r for r, t in self._topics.items()}
         self._store = store
+        # While a broker is down the client reports errors many times a second.
+        self._log = log_limiter or LogLimiter(log)
         self._conf = {
             "bootstrap.servers": bootstrap_servers,
             # A fresh group id: nothing is committed, positions come from assign().
@@ -60,6 +88,8 @@ class TopicReader:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "error_cb": self._on_error,
+            # Delivered on the reading thread, during consume().
+            "logger": _ClientLog(self._log),
             **dict(kafka_config or {}),
         }
         self._factory = consumer_factory
@@ -70,7 +100,9 @@ class TopicReader:
 
     def _on_error(self, err: object) -> None:
         self._store.consumer_error()
-        log.warning("kafka consumer error: %s", err)
+        self._log.log(
+            ("consumer_error", error_kind(err)), logging.WARNING, "kafka consumer error: %s", err
+        )
 
     def start(self) -> TopicReader:
         """Create the consumer now (a bad setting raises here) and consume on a thread."""
@@ -100,10 +132,14 @@ class TopicReader:
             try:
                 meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
             except Exception as exc:  # KafkaException: broker unreachable, retried later
-                log.warning("metadata for %s failed: %s", topic, exc)
+                self._log.log(
+                    ("metadata", topic), logging.WARNING, "metadata for %s failed: %s", topic, exc
+                )
                 continue
             if meta is None or meta.error is not None or not meta.partitions:
-                log.info("topic %s not available yet", topic)
+                self._log.log(
+                    ("unavailable", topic), logging.INFO, "topic %s not available yet", topic
+                )
                 continue
             for p in sorted(meta.partitions):
                 if (topic, p) not in self._assigned:
@@ -119,6 +155,8 @@ class TopicReader:
         next_refresh = 0.0
         try:
             while not self._stop.is_set():
+                self._log.flush()
+                _rejections.flush()
                 if time.monotonic() >= next_refresh:
                     self._refresh_assignment(consumer)
                     next_refresh = time.monotonic() + PARTITION_REFRESH_S
@@ -133,7 +171,13 @@ class TopicReader:
                     try:
                         handle(self._store, role, msg.key(), msg.value(), where)
                     except Exception as exc:  # a bug must not stop the exporter; keep it aside
-                        log.exception("processing %s failed", where)
+                        self._log.log(
+                            ("processing_error", role, type(exc).__name__),
+                            logging.ERROR,
+                            "processing %s failed",
+                            where,
+                            exc_info=True,
+                        )
                         self._store.reject(role, "processing_error", repr(exc), where, msg.value())
         finally:
             consumer.close()

@@ -4,7 +4,6 @@ auth; gzip when the scraper asks for it, as Prometheus does."""
 from __future__ import annotations
 
 import base64
-import gzip
 import hmac
 import ssl
 import threading
@@ -12,6 +11,7 @@ from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from streaming.exporter.gzipjoin import gzip_chunks
 from streaming.exporter.render import CONTENT_TYPE, Renderer
 from streaming.exporter.store import Store
 
@@ -50,23 +50,46 @@ def basic_auth(app: WSGIApp, user: str, password: str) -> WSGIApp:
     return wrapped
 
 
+def gzip_accepted(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header allows gzip (``gzip;q=0`` refuses it)."""
+    for item in accept_encoding.split(","):
+        coding, *params = (p.strip() for p in item.split(";"))
+        if coding.lower() not in ("gzip", "x-gzip"):
+            continue
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    return float(value) > 0
+                except ValueError:
+                    return False
+        return True
+    return False
+
+
 def metrics_app(store: Store) -> WSGIApp:
     """WSGI app serving the store's current values on /metrics."""
     renderer = Renderer()
-    lock = threading.Lock()  # the renderer's label cache is not thread-safe
+    # The renderer's caches are not thread-safe; scrapes take turns.
+    lock = threading.Lock()
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found; try /metrics\n"]
+        gz = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
         with lock:
-            body = renderer.render(store.snapshot()).encode()
-        headers = [("Content-Type", CONTENT_TYPE)]
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = gzip.compress(body, compresslevel=1)
+            parts = renderer.parts(store.snapshot())
+            body = gzip_chunks(parts) if gz else [p.data for p in parts]
+        headers = [
+            ("Content-Type", CONTENT_TYPE),
+            ("Content-Length", str(sum(map(len, body)))),
+            ("Vary", "Accept-Encoding"),
+        ]
+        if gz:
             headers.append(("Content-Encoding", "gzip"))
         start_response("200 OK", headers)
-        return [body]
+        return body  # sent chunk by chunk: the cached sections are never copied into one
 
     return app
 

@@ -1,27 +1,46 @@
-"""Label values: sanitized, bounded, and never an endpoint with a port."""
+"""Label values: sanitized, bounded, distinct for distinct inputs, and never an endpoint with a
+port."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
 MAX_LABEL_LEN = 128
 UNKNOWN = "unknown"
+HASH_SEP = "~"
+HASH_LEN = 8  # hex characters of the suffix: 32 bits
 _HOST_PORT = re.compile(r"^(?P<host>[^:\[\]]+):(?P<port>\d{1,5})$")
 _BRACKETED = re.compile(r"^\[(?P<host>[^\]]+)\](?::\d{1,5})?$")
+# A clean value ending like a suffix is suffixed too, so it cannot pose as a cleaned one.
+_LOOKS_SUFFIXED = re.compile(rf"{HASH_SEP}[0-9a-f]{{{HASH_LEN}}}$")
+
+
+def value_hash(text: str) -> str:
+    """Short stable digest of ``text`` (the same in every process and release)."""
+    data = text.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=HASH_LEN // 2).hexdigest()
 
 
 def clean(value: object, default: str = UNKNOWN) -> str:
-    """A printable, trimmed label value of at most ``MAX_LABEL_LEN`` characters."""
+    """A printable, trimmed label value of at most ``MAX_LABEL_LEN`` characters.
+
+    A value that is already clean is returned as it is. One that had to change (control
+    characters replaced, surrounding blanks trimmed, or cut to length) gets ``~`` and a hash
+    of the original value appended, so distinct values never share a label value. Empty or
+    blank values become ``default``.
+    """
     if value is None:
         return default
-    text = "".join(ch if unicodedata.category(ch)[0] != "C" else "_" for ch in str(value)).strip()
+    original = str(value)
+    text = "".join(ch if unicodedata.category(ch)[0] != "C" else "_" for ch in original).strip()
     if not text:
         return default
-    if len(text) > MAX_LABEL_LEN:
-        # Keep the cut visible so two long values never look complete and equal.
-        text = text[: MAX_LABEL_LEN - 1] + "~"
-    return text
+    if text == original and len(text) <= MAX_LABEL_LEN and not _LOOKS_SUFFIXED.search(text):
+        return text
+    keep = MAX_LABEL_LEN - len(HASH_SEP) - HASH_LEN
+    return f"{text[:keep]}{HASH_SEP}{value_hash(original)}"
 
 
 def strip_port(address: object) -> str:

@@ -66,6 +66,7 @@ class JobStatus:
     query: str
     timestamp: float
     values: dict[str, float]  # metric name -> value
+    produce_errors: tuple[tuple[str, str, float], ...] = ()  # (topic, error, total)
 
 
 def _load(raw: bytes | str) -> dict[str, Any]:
@@ -215,4 +216,14 @@ def parse_status(raw: bytes | str) -> JobStatus:
     if last_event is not None:
         values["connmon_job_last_event_timestamp_seconds"] = last_event
     values["connmon_job_last_batch_timestamp_seconds"] = timestamp
-    return JobStatus(clean(_req(obj, "job_id")), clean(obj.get("query"), ""), timestamp, values)
+    errors = obj.get("produce_errors") or []
+    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
+        raise InvalidMessage("invalid_value", "produce_errors is not a list of objects")
+    produced = tuple(
+        (clean(e.get("topic")), clean(e.get("error")), float(n))
+        for e in errors
+        if isinstance(n := e.get("total"), int | float) and not isinstance(n, bool)
+    )
+    return JobStatus(
+        clean(_req(obj, "job_id")), clean(obj.get("query"), ""), timestamp, values, produced
+    )

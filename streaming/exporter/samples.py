@@ -17,7 +17,7 @@ def iso(ts: float) -> str:
 
 def aggregate(end: float = NOW - 5, **over) -> bytes:
     msg = {
-        "schema": 1, "series": "client|web-1|orders-consumer|2",
+        "schema": 1, "series": "client|web-1|orders-consumer|local|2",
         "side": "client", "host": "web-1", "app": "orders-consumer", "cluster": "local",
         "broker_id": 2, "broker_endpoint": "10.0.0.12:9092", "peer_host": None,
         "window_start": iso(end - 60), "window_end": iso(end), "updated_at": iso(end + 2),
@@ -40,7 +40,8 @@ def finding(updated: float = NOW - 5, **over) -> bytes:
         "broker_endpoint": "10.0.0.12:9092", "peer_host": None, "cluster": "local",
         "window_start": iso(updated - 60), "window_end": iso(updated),
         "evidence": {"close_wait_count": 25}, "summary": "s", "recommendation": "r",
-        "key": "close_wait_buildup|client:web-1:orders-consumer|2", "updated_at": iso(updated),
+        "key": "close_wait_buildup|client:web-1:orders-consumer|local|2",
+        "updated_at": iso(updated),
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()
@@ -53,6 +54,9 @@ def status(ts: float = NOW - 1, **over) -> bytes:
         "input_rows_per_s": 1200.5, "processed_rows_per_s": 2400.1, "num_input_rows": 2400,
         "watermark": iso(ts - 122), "watermark_delay_s": 122.1,
         "dead_letter_total": 3, "late_events_total": 0, "last_event_time": iso(ts - 0.2),
+        "produce_errors": [
+            {"topic": "connmon.aggregates", "error": "MSG_SIZE_TOO_LARGE", "total": 2}
+        ],
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

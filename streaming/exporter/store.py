@@ -1,22 +1,30 @@
 """The exporter's current values: latest aggregate per series, active findings, job progress.
 
-Bounded: at most ``series_limit`` entries (series + findings + job queries); updates for new
-entries beyond that are refused and counted. Series not updated within the staleness limit are
-removed, so a client x broker pair that disappeared does not keep its last value forever.
+Bounded: at most ``series_limit`` entries (series + findings + job queries). At the limit the
+newest entries by event time (an aggregate's window end, a finding's update time) are kept: a
+new entry newer than the oldest one held replaces it, an older one is refused; both count as
+dropped. Job statuses are few and always kept. Series not updated within the staleness limit
+are removed, so a client x broker pair that disappeared does not keep its last value forever.
 Thread-safe: the consumer thread writes, scrapes read a snapshot.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from streaming.exporter.parse import Aggregate, Finding, JobStatus, SeriesLabels
 
 ROLES = ("aggregates", "findings", "job_status")
+
+# Table versions are unique across stores, so a cache keyed by them never mixes two stores up.
+_versions = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,53 @@ class Snapshot:
     invalid: dict[tuple[str, str], int]
     last_message: dict[str, float]
     consumer_errors: int
+    # Change whenever the aggregates (findings) held change: equal versions, equal contents.
+    aggregates_version: int = 0
+    findings_version: int = 0
+
+
+class _ByTime:
+    """One table's entries ordered by event time, oldest first, as a lazy heap.
+
+    An update pushes a new (time, seq, key) and leaves the old one behind; entries whose time no
+    longer matches the table are skipped when they reach the top, and the heap is rebuilt when
+    such leftovers outnumber the live entries.
+    """
+
+    def __init__(self, table: dict, time_of: Callable[[Any], float]) -> None:
+        self.table = table
+        self.time_of = time_of
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._seq = itertools.count()
+
+    def push(self, key: Hashable, t: float) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), key))
+        if len(self._heap) > 2 * len(self.table) + 64:
+            self._heap = [(self.time_of(v), next(self._seq), k) for k, v in self.table.items()]
+            heapq.heapify(self._heap)
+
+    def pop_older(self, limit_s: float, now: float) -> Iterator[Hashable]:
+        """Yield the live keys more than ``limit_s`` old; the caller removes each from the table.
+
+        Only the heap's top is looked at when nothing is that old: O(1) per scrape.
+        """
+        heap = self._heap
+        while heap and now - heap[0][0] > limit_s:
+            t, _, key = heapq.heappop(heap)
+            item = self.table.get(key)
+            if item is not None and self.time_of(item) == t:
+                yield key
+
+    def oldest(self) -> tuple[float, Hashable] | None:
+        """(time, key) of the oldest live entry, or None when the table is empty."""
+        heap = self._heap
+        while heap:
+            t, _, key = heap[0]
+            item = self.table.get(key)
+            if item is not None and self.time_of(item) == t:
+                return t, key
+            heapq.heappop(heap)
+        return None
 
 
 @dataclass
@@ -55,8 +110,9 @@ class Store:
     _aggs: dict[SeriesLabels, Aggregate] = field(default_factory=dict)
     _findings: dict[tuple[str, SeriesLabels], Finding] = field(default_factory=dict)
     _statuses: dict[tuple[str, str], JobStatus] = field(default_factory=dict)
-    # Kafka message key -> our key, so a tombstone (null value) removes the right entry.
+    # Kafka message key <-> our key, so a tombstone (null value) removes the right entry.
     _by_msg_key: dict[tuple[str, bytes], Hashable] = field(default_factory=dict)
+    _msg_key_of: dict[tuple[str, Hashable], bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     dropped: int = 0
     expired: int = 0
@@ -65,19 +121,82 @@ class Store:
     invalid: Counter = field(default_factory=Counter)
     last_message: dict[str, float] = field(default_factory=dict)
     rejected: deque = field(default_factory=deque)
+    _by_time: dict[str, _ByTime] = field(init=False, repr=False)
+    _version: dict[str, int] = field(init=False, repr=False)  # per table role
 
     def __post_init__(self) -> None:
         self.rejected = deque(maxlen=self.rejected_keep)
+        self._by_time = {
+            "aggregates": _ByTime(self._aggs, lambda a: a.window_end),
+            "findings": _ByTime(self._findings, lambda f: f.updated_at),
+        }
+        self._version = {role: next(_versions) for role in self._by_time}
 
     # ---- writes ----------------------------------------------------------------------------
     def _size(self) -> int:
         return len(self._aggs) + len(self._findings) + len(self._statuses)
 
-    def _admit(self, table: dict, key: Hashable) -> bool:
+    def _changed(self, role: str) -> None:
+        self._version[role] = next(_versions)
+
+    def _admit(self, table: dict, key: Hashable, t: float | None) -> bool:
+        """Room for ``key`` with event time ``t`` (None: a job status, always kept)?
+
+        At the limit a stale series or finding is expired to make room; else the oldest one
+        makes way if it is older than ``t``, or the new entry is refused: one is dropped.
+        """
         if key in table or self._size() < self.series_limit:
             return True
+        now = self.clock()
+        limits = {"aggregates": self.staleness_s, "findings": self.finding_staleness_s}
+        candidates: list[tuple[float, str, Hashable]] = []
+        for role, by_time in self._by_time.items():
+            oldest = by_time.oldest()
+            if oldest is None:
+                continue
+            if now - oldest[0] > limits[role]:
+                self._remove(role, oldest[1])
+                self.expired += 1
+                return True
+            candidates.append((oldest[0], role, oldest[1]))
         self.dropped += 1
-        return False
+        if not candidates:
+            return False
+        old_t, role, old_key = min(candidates, key=lambda c: c[0])
+        if t is not None and old_t >= t:
+            return False
+        self._remove(role, old_key)
+        return True
+
+    def _put(self, role: str, key: Hashable, item: object, t: float, msg_key: bytes | None) -> None:
+        by_time = self._by_time[role]
+        old = by_time.table.get(key)
+        by_time.table[key] = item
+        if old is None or by_time.time_of(old) != t:
+            by_time.push(key, t)
+        if msg_key is not None:
+            self._link(role, key, msg_key)
+        self._changed(role)
+
+    def _remove(self, role: str, key: Hashable) -> None:
+        del self._by_time[role].table[key]
+        msg_key = self._msg_key_of.pop((role, key), None)
+        if msg_key is not None:
+            del self._by_msg_key[(role, msg_key)]
+        self._changed(role)
+
+    def _link(self, role: str, key: Hashable, msg_key: bytes) -> None:
+        """Point ``msg_key`` at ``key``; each keeps at most one partner."""
+        old_key = self._by_msg_key.get((role, msg_key))
+        if old_key == key:
+            return
+        if old_key is not None:
+            del self._msg_key_of[(role, old_key)]
+        old_msg_key = self._msg_key_of.get((role, key))
+        if old_msg_key is not None:
+            del self._by_msg_key[(role, old_msg_key)]
+        self._by_msg_key[(role, msg_key)] = key
+        self._msg_key_of[(role, key)] = msg_key
 
     def seen(self, role: str) -> None:
         with self._lock:
@@ -94,18 +213,16 @@ class Store:
             self.consumer_errors += 1
 
     def put_aggregate(self, agg: Aggregate, msg_key: bytes | None = None) -> bool:
-        """Keep ``agg`` unless it is stale, older than what we hold, or over the limit."""
+        """Keep ``agg`` unless it is stale, older than what we hold, or too old for the limit."""
         with self._lock:
             if self.clock() - agg.window_end > self.staleness_s:
                 return False
             old = self._aggs.get(agg.labels)
             if old is not None and old.window_end > agg.window_end:
                 return False
-            if not self._admit(self._aggs, agg.labels):
+            if not self._admit(self._aggs, agg.labels, agg.window_end):
                 return False
-            self._aggs[agg.labels] = agg
-            if msg_key is not None:
-                self._by_msg_key[("aggregates", msg_key)] = agg.labels
+            self._put("aggregates", agg.labels, agg, agg.window_end, msg_key)
             return True
 
     def put_finding(self, finding: Finding, msg_key: bytes | None = None) -> bool:
@@ -113,18 +230,17 @@ class Store:
         key = (finding.kind, finding.labels)
         with self._lock:
             if not finding.firing:
-                self._findings.pop(key, None)
+                if key in self._findings:
+                    self._remove("findings", key)
                 return True
             if self.clock() - finding.updated_at > self.finding_staleness_s:
                 return False
             old = self._findings.get(key)
             if old is not None and old.updated_at > finding.updated_at:
                 return False
-            if not self._admit(self._findings, key):
+            if not self._admit(self._findings, key, finding.updated_at):
                 return False
-            self._findings[key] = finding
-            if msg_key is not None:
-                self._by_msg_key[("findings", msg_key)] = key
+            self._put("findings", key, finding, finding.updated_at, msg_key)
             return True
 
     def put_status(self, status: JobStatus) -> bool:
@@ -133,7 +249,7 @@ class Store:
             old = self._statuses.get(key)
             if old is not None and old.timestamp > status.timestamp:
                 return False
-            if not self._admit(self._statuses, key):
+            if not self._admit(self._statuses, key, None):
                 return False
             self._statuses[key] = status
             return True
@@ -141,11 +257,9 @@ class Store:
     def delete(self, role: str, msg_key: bytes) -> None:
         """A tombstone: forget the entry the message key pointed at."""
         with self._lock:
-            key = self._by_msg_key.pop((role, msg_key), None)
-            if key is None:
-                return
-            table = self._aggs if role == "aggregates" else self._findings
-            table.pop(key, None)  # type: ignore[call-overload]
+            key = self._by_msg_key.get((role, msg_key))
+            if key is not None:
+                self._remove(role, key)
 
     def expire(self) -> int:
         """Drop series and findings past their staleness limit; returns how many."""
@@ -153,19 +267,15 @@ class Store:
             return self._expire_locked(self.clock())
 
     def _expire_locked(self, now: float) -> int:
-        old_aggs = [k for k, a in self._aggs.items() if now - a.window_end > self.staleness_s]
-        old_findings = [
-            k for k, f in self._findings.items() if now - f.updated_at > self.finding_staleness_s
-        ]
-        for k in old_aggs:
-            del self._aggs[k]
-        for k in old_findings:
-            del self._findings[k]
-        n = len(old_aggs) + len(old_findings)
+        n = 0
+        for role, limit in (
+            ("aggregates", self.staleness_s),
+            ("findings", self.finding_staleness_s),
+        ):
+            for key in self._by_time[role].pop_older(limit, now):
+                self._remove(role, key)
+                n += 1
         self.expired += n
-        if n:
-            live = set(self._aggs) | set(self._findings)
-            self._by_msg_key = {mk: k for mk, k in self._by_msg_key.items() if k in live}
         return n
 
     # ---- reads -----------------------------------------------------------------------------
@@ -188,4 +298,6 @@ class Store:
                 invalid=dict(self.invalid),
                 last_message=dict(self.last_message),
                 consumer_errors=self.consumer_errors,
+                aggregates_version=self._version["aggregates"],
+                findings_version=self._version["findings"],
             )

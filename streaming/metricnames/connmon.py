@@ -121,7 +121,8 @@ EXPORTER_METRICS: tuple[Metric, ...] = (
     Metric(
         "connmon_exporter_series_dropped_total",
         "counter",
-        "Updates for new series refused because the series limit was reached.",
+        "Series and findings not served because the series limit was reached: the oldest (by "
+        "window end) evicted for a newer one, or an older one refused.",
     ),
     Metric(
         "connmon_exporter_series_expired_total",
@@ -153,6 +154,15 @@ EXPORTER_METRICS: tuple[Metric, ...] = (
     ),
 )
 
+# Its own family: per topic and error on top of the job's labels.
+JOB_PRODUCE_ERRORS = Metric(
+    "connmon_job_produce_errors_total",
+    "counter",
+    "Records the job dropped because a topic refused them for what they are (too large, "
+    "invalid), by topic and librdkafka error name, since the job started.",
+    (*JOB_LABELS, "topic", "error"),
+)
+
 CONNMON_METRICS: tuple[Metric, ...] = (
-    AGGREGATE_METRICS + FINDING_METRICS + JOB_METRICS + EXPORTER_METRICS
+    AGGREGATE_METRICS + FINDING_METRICS + JOB_METRICS + (JOB_PRODUCE_ERRORS,) + EXPORTER_METRICS
 )

@@ -57,14 +57,16 @@ def _produce(bootstrap: str, topic: str, items: list[tuple[bytes, bytes | None]]
 class Exporter:
     """``connmon exporter`` as its own process."""
 
-    def __init__(self, bootstrap: str, topics: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, bootstrap: str, topics: dict[str, str], log: Path, extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/metrics"
         cmd = [
             *CLI, "exporter",
             "--bootstrap-servers", bootstrap, "--listen", f"127.0.0.1:{self.port}",
             "--aggregates-topic", topics["aggregates"], "--findings-topic", topics["findings"],
-            "--status-topic", topics["job_status"], "--staleness", "600",
+            "--status-topic", topics["job_status"], "--staleness", "600", *extra,
         ]  # fmt: skip
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
@@ -117,8 +119,8 @@ def topics(kafka_cluster, unique_name) -> dict[str, str]:
 def exporters(kafka_cluster, topics, tmp_path) -> Iterator:
     started: list[Exporter] = []
 
-    def start() -> Exporter:
-        e = Exporter(kafka_cluster.bootstrap_servers, topics, tmp_path / "exporter.log")
+    def start(*extra: str) -> Exporter:
+        e = Exporter(kafka_cluster.bootstrap_servers, topics, tmp_path / "exporter.log", extra)
         started.append(e)
         return e
 
@@ -136,7 +138,7 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
         bootstrap,
         topics["aggregates"],
         [
-            (b"client|web-1|orders-consumer|2", agg(end=now, close_wait_count=25)),
+            (b"client|web-1|orders-consumer|local|2", agg(end=now, close_wait_count=25)),
             (
                 b"broker|kafka-2|kafka-broker|2|10.1.2.3",
                 agg(
@@ -155,17 +157,20 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
         bootstrap,
         topics["findings"],
         [
-            (b"close_wait_buildup|client:web-1:orders-consumer|2", samples.finding(updated=now)),
             (
-                b"idle_churn|client:web-1:orders-consumer|2",
+                b"close_wait_buildup|client:web-1:orders-consumer|local|2",
+                samples.finding(updated=now),
+            ),
+            (
+                b"idle_churn|client:web-1:orders-consumer|local|2",
                 samples.finding(updated=now, kind="idle_churn", severity="warning"),
             ),
             (
-                b"idle_zombie|client:web-1:orders-consumer|2",
+                b"idle_zombie|client:web-1:orders-consumer|local|2",
                 samples.finding(updated=now - 1, kind="idle_zombie", severity="warning"),
             ),
             (
-                b"idle_zombie|client:web-1:orders-consumer|2",
+                b"idle_zombie|client:web-1:orders-consumer|local|2",
                 samples.finding(updated=now, kind="idle_zombie", status="resolved"),
             ),
         ],
@@ -290,6 +295,30 @@ def test_restart_restores_current_values_from_compacted_topics(
     after = _values(second.wait_for("connmon_close_wait_sockets{"))
     picked = [k for k in before if k.startswith(("connmon_close_wait", "connmon_finding"))]
     assert picked and {k: before[k] for k in picked} == {k: after.get(k) for k in picked}
+
+
+def test_a_replay_at_the_series_limit_serves_the_newest_series(
+    kafka_cluster, topics, exporters
+) -> None:
+    """On a (re)start the compacted topic is read oldest first; the newest series must win."""
+    now = time.time()
+    _produce(
+        kafka_cluster.bootstrap_servers,
+        topics["aggregates"],
+        [
+            (f"client|h{i}|app|2".encode(), samples.aggregate(end=now - 300 + 10 * i, host=f"h{i}"))
+            for i in range(30)
+        ],
+    )
+    exporter = exporters("--series-limit", "10")
+    text = exporter.wait_for('connmon_exporter_messages_total{topic="aggregates"} 30.0')
+    served = {
+        line.split('host="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith("connmon_close_wait_sockets{")
+    }
+    assert served == {f"h{i}" for i in range(20, 30)}
+    assert _sample(text, "connmon_exporter_series_dropped_total") == 20
 
 
 def _values(text: str) -> dict[str, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 import urllib.error
 import urllib.request
 
@@ -53,5 +54,36 @@ def test_gzip_and_404(server: str) -> None:
     )
     with urllib.request.urlopen(req, timeout=5) as r:
         assert r.headers["Content-Encoding"] == "gzip"
-        assert b"connmon_exporter_series 0.0" in gzip.decompress(r.read())
+        body = r.read()
+        assert int(r.headers["Content-Length"]) == len(body)
+        assert b"connmon_exporter_series 0.0" in gzip.decompress(body)
     assert _get(server.replace("/metrics", "/other"), "prom", "pw")[0] == 404
+
+
+def test_plain_and_gzip_bodies_match_over_http() -> None:
+    import gzip
+
+    from streaming.exporter.consumer import handle
+    from streaming.exporter.samples import aggregate, finding
+
+    store = Store()
+    for i in range(50):
+        handle(store, "aggregates", f"a{i}".encode(), aggregate(end=time.time(), host=f"h{i}"), "x")
+        handle(store, "findings", f"f{i}".encode(), finding(updated=time.time(), host=f"h{i}"), "x")
+    port = free_port()
+    httpd, thread = serve(metrics_app(store), "127.0.0.1", port)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            plain = r.read()
+            assert int(r.headers["Content-Length"]) == len(plain)
+        for _ in range(2):  # the second answer reuses the compressed sections
+            req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                assert r.headers["Content-Encoding"] == "gzip"
+                assert gzip.decompress(r.read()) == plain
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+    assert plain.count(b"connmon_finding_active{") == 50

@@ -105,10 +105,10 @@ def test_strip_port(value: str, expected: str) -> None:
 
 
 def test_label_cleaning() -> None:
-    assert clean("  a\x00b\nc ") == "a_b_c"
+    assert clean("  a\x00b\nc ").startswith("a_b_c~")
     assert clean(None) == "unknown"
     long = clean("x" * 1000)
-    assert len(long) == 128 and long.endswith("~")
+    assert len(long) == 128 and long.startswith("x" * 100)
     assert broker_label(0, "h:1") == "0"
     assert broker_label(True, "h:1") == "h"
     assert broker_label("7", None) == "7"

@@ -48,6 +48,10 @@ def test_renderer_matches_the_collector(clock) -> None:
     for key, value in ref.items():
         assert math.isclose(value, got[key]), key
     assert _types(reference) == _types(fast)
+    assert (
+        'connmon_job_produce_errors_total{job_id="connmon-job",query="aggregates",'
+        'topic="connmon.aggregates",error="MSG_SIZE_TOO_LARGE"} 2.0'
+    ) in fast
 
 
 def test_expired_series_leave_the_label_cache(clock) -> None:
@@ -59,3 +63,34 @@ def test_expired_series_leave_the_label_cache(clock) -> None:
     clock.t += 100
     r.render(store.snapshot())
     assert r._labels == {}
+
+
+def test_unchanged_sections_are_reused_and_changes_are_served(clock) -> None:
+    store = Store(clock=clock)
+    r = Renderer()
+    handle(store, "aggregates", b"a", aggregate(close_wait_count=3), "x")
+    handle(store, "findings", b"f", finding(), "x")
+    first = r.parts(store.snapshot())
+    handle(store, "job_status", b"j", status(), "x")  # only the small tail changes
+    second = r.parts(store.snapshot())
+    assert first[0] is second[0] and first[1] is second[1]
+    assert b"connmon_job_batch_input_rows" in second[2].data
+    handle(store, "aggregates", b"a", aggregate(close_wait_count=8), "x")
+    third = r.parts(store.snapshot())
+    assert third[0] is not second[0] and third[1] is second[1]
+    assert b"connmon_close_wait_sockets{" in third[0].data
+    assert _samples(r.render(store.snapshot())) == _samples(_reference(store))
+
+
+def test_a_new_renderer_or_store_never_reuses_another_stores_sections(clock) -> None:
+    r = Renderer()
+    a, b = Store(clock=clock), Store(clock=clock)
+    handle(a, "aggregates", b"a", aggregate(host="only-in-a"), "x")
+    assert "only-in-a" in r.render(a.snapshot())
+    assert "only-in-a" not in r.render(b.snapshot())
+
+
+def _reference(store: Store) -> str:
+    registry = CollectorRegistry()
+    registry.register(ConnmonCollector(store))
+    return generate_latest(registry).decode()

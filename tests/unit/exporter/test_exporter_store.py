@@ -1,0 +1,120 @@
+"""At the series limit the store keeps the newest entries by event time, whatever the order."""
+
+from __future__ import annotations
+
+import random
+
+from streaming.exporter.consumer import handle
+from streaming.exporter.samples import NOW, aggregate, finding, status
+from streaming.exporter.store import Store
+
+
+def _feed(store: Store, ends: list[int]) -> None:
+    """Series ``h<i>`` with window end NOW - 300 + i, in the order given."""
+    for i in ends:
+        handle(
+            store, "aggregates", f"k{i}".encode(), aggregate(end=NOW - 300 + i, host=f"h{i}"), "x"
+        )
+
+
+def _hosts(store: Store) -> set[str]:
+    return {a.labels[1] for a in store.snapshot().aggregates}
+
+
+def test_a_replay_oldest_first_keeps_the_newest_series(clock) -> None:
+    store = Store(clock=clock, series_limit=10, staleness_s=600)
+    _feed(store, list(range(30)))
+    assert _hosts(store) == {f"h{i}" for i in range(20, 30)}
+    assert store.snapshot().dropped == 20
+
+
+def test_any_arrival_order_keeps_the_same_newest_series(clock) -> None:
+    for seed in range(5):
+        store = Store(clock=clock, series_limit=10, staleness_s=600)
+        ends = list(range(30))
+        random.Random(seed).shuffle(ends)
+        _feed(store, ends)
+        assert _hosts(store) == {f"h{i}" for i in range(20, 30)}, seed
+        assert store.snapshot().dropped == 20
+
+
+def test_an_older_series_is_refused_at_the_limit(clock) -> None:
+    store = Store(clock=clock, series_limit=10, staleness_s=600)
+    _feed(store, list(range(29, -1, -1)))  # newest first
+    assert _hosts(store) == {f"h{i}" for i in range(20, 30)}
+    assert store.snapshot().dropped == 20
+
+
+def test_held_series_keep_updating_and_stay_newest(clock) -> None:
+    store = Store(clock=clock, series_limit=3, staleness_s=600)
+    _feed(store, [0, 1, 2])
+    handle(store, "aggregates", b"k0", aggregate(end=NOW, host="h0"), "x")  # h0 is now newest
+    _feed(store, [3])  # replaces h1, the oldest
+    assert _hosts(store) == {"h0", "h2", "h3"}
+    assert store.snapshot().dropped == 1
+
+
+def test_stale_entries_make_room_without_a_drop(clock) -> None:
+    store = Store(clock=clock, series_limit=3, staleness_s=145)
+    _feed(store, [250, 260, 270])
+    clock.t += 100  # h250 is now 150 s old: stale; h260 140 s
+    _feed(store, [290])
+    assert _hosts(store) == {"h260", "h270", "h290"}
+    snap = store.snapshot()
+    assert (snap.dropped, snap.expired) == (0, 1)
+
+
+def test_findings_compete_by_update_time_and_job_status_is_always_kept(clock) -> None:
+    store = Store(clock=clock, series_limit=3, staleness_s=600)
+    _feed(store, [0, 1, 2])
+    handle(store, "findings", b"f", finding(updated=NOW - 1, host="h9"), "x")  # replaces h0
+    handle(store, "job_status", b"j", status(), "x")  # replaces h1, older than the finding
+    snap = store.snapshot()
+    assert {a.labels[1] for a in snap.aggregates} == {"h2"}
+    assert [f.labels[1] for f in snap.findings] == ["h9"]
+    assert len(snap.statuses) == 1
+    _feed(store, [3, 4, 5])  # series never replace the job status
+    assert len(store.snapshot().statuses) == 1
+
+
+def test_tombstones_follow_replaced_series(clock) -> None:
+    store = Store(clock=clock, series_limit=2, staleness_s=600)
+    _feed(store, [0, 1, 2])  # h2 replaces h0
+    handle(store, "aggregates", b"k0", None, "x")  # h0's tombstone: h0 is gone already
+    assert _hosts(store) == {"h1", "h2"}
+    handle(store, "aggregates", b"k2", None, "x")
+    assert _hosts(store) == {"h1"}
+    assert store._by_msg_key == {("aggregates", b"k1"): store.snapshot().aggregates[0].labels}
+
+
+def test_bookkeeping_stays_bounded_under_updates(clock) -> None:
+    store = Store(clock=clock, series_limit=10, staleness_s=600)
+    for step in range(2000):
+        i = step % 5
+        handle(
+            store,
+            "aggregates",
+            f"k{i}".encode(),
+            aggregate(end=NOW - 300 + step / 10, host=f"h{i}"),
+            "x",
+        )
+    assert len(store._by_time["aggregates"]._heap) <= 2 * 5 + 65
+    assert len(store._by_msg_key) == len(store._msg_key_of) == 5
+    clock.t += 1000
+    assert store.snapshot().aggregates == []
+    assert store._by_msg_key == {} and store._msg_key_of == {}
+
+
+def test_versions_change_with_contents_only(clock) -> None:
+    store = Store(clock=clock, staleness_s=600)
+    _feed(store, [0])
+    a = store.snapshot()
+    handle(store, "job_status", b"j", status(), "x")
+    b = store.snapshot()
+    assert (a.aggregates_version, a.findings_version) == (b.aggregates_version, b.findings_version)
+    _feed(store, [1])
+    handle(store, "findings", b"f", finding(), "x")
+    c = store.snapshot()
+    assert c.aggregates_version != b.aggregates_version
+    assert c.findings_version != b.findings_version
+    assert Store().snapshot().aggregates_version != c.aggregates_version  # unique per store
