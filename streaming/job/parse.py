@@ -57,56 +57,70 @@ def _all(conds: list[Column]) -> Column:
     return out
 
 
-def _count(value: Column, ch: str) -> Column:
-    return F.length(value) - F.length(F.replace(value, F.lit(ch), F.lit("")))
+# A string field's value as ``from_json`` writes a JSON number, boolean or array it finds there
+# instead of a string, between the separators of ``_SEP``-joined string fields. A JSON number
+# is matched exactly (an IP address is not one); a cast would throw and catch an exception for
+# every string that is not a number.
+_SEP = "\u0001"
+_NOT_A_STRING = (
+    f"(^|{_SEP})(true|false|-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|\\[[^{_SEP}]*\\])"
+    f"({_SEP}|$)"
+)
 
 
-def _plain_string(c: Column) -> Column:
-    """The parsed value cannot have come from a JSON number, boolean or array (``from_json``
-    turns those into text for a string field)."""
-    return c.isNull() | ~(
-        c.isin("true", "false")
-        | ((F.left(c, F.lit(1)) == "[") & (F.right(c, F.lit(1)) == "]"))
-        | c.try_cast("double").isNotNull()
-    )
+def _fields(e: str, *types: str) -> list[Column]:
+    return [F.col(f"{e}.{f.name}") for f in events.FIELDS if f.type in types]
 
 
 def _fast_accepts(e: str) -> Column:
     """True only for records ``validate`` accepts with the values of ``from_json`` in ``e``
     (the event-time bounds aside). False sends a record to the slow path, not to the dead
-    letters: these checks may be stricter than the contract, never more lenient."""
+    letters: these checks may be stricter than the contract, never more lenient. Each check
+    covers every field at once, so the generated code stays small enough for Spark to compile
+    the whole stage (a check per field made it fall back to far slower interpreted code)."""
     text = F.col("_text")
-    trimmed = F.expr("trim(BOTH ' \\t\\n\\r' FROM _text)")
+    strings = _fields(e, "string", "timestamp")
+    numbers = _fields(e, "long", "double")
+    doubles = _fields(e, "double")
     conds = [
         ~F.col("_too_large"),
         F.expr("is_valid_utf8(_text)"),
         F.instr(text, "\\u") == 0,  # an escape may hide a lone surrogate: validate() decodes it
-        # One object and nothing after it: the only braces are its own.
-        _count(text, "{") == 1,
-        _count(text, "}") == 1,
-        F.left(trimmed, F.lit(1)) == "{",
-        F.right(trimmed, F.lit(1)) == "}",
+        # One object and nothing around it: the only braces are its own, first and last
+        # (bytes, not characters: finding the last character of a string scans all of it).
+        F.expr("substring(raw, 1, 1) = X'7B' AND substring(raw, -1, 1) = X'7D'"),
+        F.expr("length(_text) - length(translate(_text, '{}', '')) = 2"),
         F.col(e).isNotNull(),
         F.col(f"{e}.{CORRUPT}").isNull(),
         F.col(f"{e}.schema") == events.SCHEMA_VERSION,
         F.col(f"{e}.kind").isin(*events.KINDS),
         F.col(f"{e}.event_time").rlike(f"^{validate.EVENT_TIME}\\z"),
         F.col("_ts").isNotNull(),
+        ~F.concat_ws(_SEP, *strings).rlike(_NOT_A_STRING),
+        F.coalesce(F.greatest(*[F.length(c) for c in strings]), F.lit(0)) <= MAX_STRING_CHARS,
+        # greatest() skips nulls and orders NaN above infinity
+        F.coalesce(F.greatest(*[F.abs(c) for c in doubles]), F.lit(0.0)) < float("inf"),
     ]
-    for kind, names in events.REQUIRED_BY_KIND.items():
-        present = _all([F.col(f"{e}.{n}").isNotNull() for n in names])
-        conds.append((F.col(f"{e}.kind") != kind) | present)
+    minimums = {f.minimum for f in events.FIELDS if f.minimum is not None and f.name != "schema"}
+    for low in sorted(minimums):
+        with_min = [
+            F.col(f"{e}.{f.name}").cast("double")
+            for f in events.FIELDS
+            if f.minimum == low and f.name != "schema"
+        ]
+        conds.append(F.coalesce(F.least(*with_min), F.lit(low)) >= low)
     for f in events.FIELDS:
-        c = F.col(f"{e}.{f.name}")
-        if f.type in ("string", "timestamp"):
-            conds.append(_plain_string(c))
-            conds.append(c.isNull() | (F.length(c) <= MAX_STRING_CHARS))
-        if f.type == "double":
-            conds.append(c.isNull() | ~(F.isnan(c) | (F.abs(c) == float("inf"))))
-        if f.minimum is not None and f.name != "schema":
-            conds.append(c.isNull() | (c >= F.lit(f.minimum)))
         if f.enum and f.name != "kind":
+            c = F.col(f"{e}.{f.name}")
             conds.append(c.isNull() | c.isin(*f.enum))
+    kind = F.col(f"{e}.kind")
+    common = set.intersection(*(set(n) for n in events.REQUIRED_BY_KIND.values()))
+    conds += [F.col(f"{e}.{n}").isNotNull() for n in sorted(common)]
+    for k, names in events.REQUIRED_BY_KIND.items():
+        extra = [F.col(f"{e}.{n}").isNotNull() for n in names if n not in common]
+        if extra:
+            conds.append((kind != k) | _all(extra))
+    del numbers
     return _all(conds)
 
 
@@ -154,7 +168,7 @@ class Decoder:
         schema = events.spark_schema().add(CORRUPT, T.StringType())
         self._from_json = F.from_json(
             F.when(~F.col("_too_large"), F.col("_text")), schema, _JSON_OPTIONS
-        ).alias(e)
+        )
         self._ts = F.expr(f"try_to_timestamp({e}.event_time)").alias("_ts")
         self._fast = _fast_accepts(e).alias("_fast")
         slow = _slow_path(max_age_s, max_future_s)
@@ -211,7 +225,10 @@ class Decoder:
         return (
             raw.withColumn(_NOW, now_col)
             .select(*self._parse)
-            .withColumn("e", self._from_json)
+            # A generator's output is a barrier: the optimizer cannot copy ``from_json`` into
+            # each of the hundred-odd checks that read ``e`` (a pushed-down filter did, and
+            # parsed every record once per check).
+            .withColumn("e", F.explode(F.array(self._from_json)))
             .withColumn("_ts", self._ts)
             .withColumn("_fast", self._fast)
             .withColumn("_slow", self._slow)
