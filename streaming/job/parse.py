@@ -63,8 +63,8 @@ def _all(conds: list[Column]) -> Column:
 # every string that is not a number.
 _SEP = "\u0001"
 _NOT_A_STRING = (
-    f"(^|{_SEP})(true|false|-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|\\[[^{_SEP}]*\\])"
-    f"({_SEP}|$)"
+    f"(^|{_SEP})(true|false|-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|\\[[^{_SEP}]*\\]"
+    f'|"-?Infinity")({_SEP}|$)'  # a number beyond a double's range is written "Infinity"
 )
 
 

@@ -81,6 +81,12 @@ HOSTILE: list[tuple[str, bytes | str, str, str]] = [
     ("Infinity", _with("idle_s", "Infinity"), "malformed_json", "Infinity is not a JSON number"),
     ("a BOM", "\ufeff" + _text({}), "malformed_json", "not valid JSON"),
     ("number for a string", _with("host", "12345"), "wrong_type", "host must be a JSON string"),
+    (
+        "huge number for a string",
+        _with("host", "1e309"),
+        "wrong_type",
+        "host must be a JSON string",
+    ),
     ("object for a string", _with("app", '{"a": 1}'), "wrong_type", "app must be a JSON string"),
     ("array for a string", _with("app", "[1]"), "wrong_type", "app must be a JSON string"),
     ("string for an integer", _with("seq", '"5"'), "wrong_type", "seq must be a JSON integer"),
