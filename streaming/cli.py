@@ -13,6 +13,7 @@ import logging
 import sys
 
 from streaming import __version__
+from streaming.errors import ConfigError
 
 # Module paths providing register(subparsers); order is the order in --help.
 COMPONENTS = (
@@ -23,21 +24,6 @@ COMPONENTS = (
     "streaming.mixin.cli",
     "streaming.scenarios.cli",
 )
-
-
-class ConfigError(Exception):
-    """A wrong setting; the message names it. Exits with status 2."""
-
-
-def parse_pairs(setting: str, items: list[str] | None) -> dict[str, str]:
-    """Repeatable ``KEY=VALUE`` options -> a dict; a malformed item names its setting."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{setting}: {item!r} is not KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from streaming.agent import config as agent_config
-from streaming.cli import ConfigError
+from streaming.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

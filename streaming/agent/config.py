@@ -40,7 +40,7 @@ from streaming.agent.apps import FIELDS as APP_FIELDS
 from streaming.agent.apps import AppRule
 from streaming.agent.collector import COLLECTORS
 from streaming.agent.kafka_meta import split_host_port
-from streaming.cli import ConfigError
+from streaming.errors import ConfigError
 
 ENV_PREFIX = "CONNMON_AGENT_"
 

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from streaming.agent.events import encode
 from streaming.agent.metrics import AgentMetrics
-from streaming.cli import ConfigError
+from streaming.errors import ConfigError
 from streaming.schema.events import MAX_EVENT_BYTES
 
 log = logging.getLogger(__name__)

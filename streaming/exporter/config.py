@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streaming.cli import ConfigError, parse_pairs
+from streaming.errors import ConfigError
+from streaming.options import parse_pairs
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
 DEFAULT_TOPICS = {

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
+from streaming.errors import ConfigError
 from streaming.job import parse, windows
 from streaming.job.partials import BatchResult, WindowState
 from streaming.job.records import to_aggregates

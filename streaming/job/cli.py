@@ -9,13 +9,14 @@ import sys
 import time
 from typing import Any
 
-from streaming.cli import ConfigError, parse_pairs
+from streaming.errors import ConfigError
 from streaming.job.settings import (
     JobSettings,
     detector_config,
     from_sources,
     load_file,
 )
+from streaming.options import parse_pairs
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
+from streaming.errors import ConfigError
 from streaming.job import parse
 from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.session import connector_package

@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from streaming.cli import ConfigError
+from streaming.errors import ConfigError
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
 

@@ -14,7 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from streaming.cli import ConfigError, parse_pairs
+from streaming.errors import ConfigError
+from streaming.options import parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive
 from streaming.stack.prometheus import PrometheusError, PrometheusServer

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from streaming.cli import ConfigError
 from streaming.detectors.config import DEFAULT
+from streaming.errors import ConfigError
 from streaming.scenarios import catalog
 from streaming.scenarios.cli import parse_duration
 from streaming.scenarios.findings import FindingsBoard

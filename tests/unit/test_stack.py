@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from streaming.cli import ConfigError, build_parser, parse_pairs
+from streaming.cli import build_parser
+from streaming.errors import ConfigError
+from streaming.options import parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.kafka import KafkaCluster, KafkaStackError
 from streaming.stack.ports import free_port, port_in_use

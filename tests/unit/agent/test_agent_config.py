@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streaming.agent import config
-from streaming.cli import ConfigError
+from streaming.errors import ConfigError
 
 YAML = """
 host: web-1

@@ -167,7 +167,7 @@ def test_collector_falls_back_to_proc(tmp_path) -> None:
 def test_bad_producer_setting_is_a_config_error() -> None:
     import pytest
 
-    from streaming.cli import ConfigError
+    from streaming.errors import ConfigError
 
     with pytest.raises(ConfigError, match="^kafka: .*linger.ms"):
         KafkaSink("t", "h", {"bootstrap.servers": "x:1", "message.timeout.ms": 1}, AgentMetrics())

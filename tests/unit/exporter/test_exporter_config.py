@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.cli import ConfigError, main
+from streaming.cli import main
+from streaming.errors import ConfigError
 from streaming.exporter import config as cfg
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from streaming.cli import ConfigError
 from streaming.detectors.config import DetectorConfig
+from streaming.errors import ConfigError
 from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.partials import SERIES, WindowState, flat_col, merge, new_window
 from streaming.job.sinks import MemorySink

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.cli import ConfigError, main
+from streaming.cli import main
+from streaming.errors import ConfigError
 from streaming.job.settings import from_sources, load_file, parse_duration
 
 
