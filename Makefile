@@ -30,7 +30,7 @@ javadriver: artifacts
 
 prometheus: $(STAMP)
 	@echo ">> prometheus + promtool (Debian package, installed once)"
-	$(BIN)/python -c "from streaming.stack.prometheus import ensure_installed; ensure_installed()"
+	$(BIN)/python -c "from streaming.prometheus_bin import ensure_installed; ensure_installed()"
 
 test: setup
 	$(BIN)/ruff check .

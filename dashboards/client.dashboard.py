@@ -40,8 +40,9 @@ panels = [
         thresholds=[(d.close_wait_grace_s, "orange")],
     ),
     gf.timeseries(
-        "CLOSE_WAIT trend",
-        "Slope of the CLOSE_WAIT count (sockets per second); the line is the critical slope.",
+        "CLOSE_WAIT slope",
+        "Least-squares slope of the CLOSE_WAIT count within each window (sockets per second; "
+        "gaps where a window had too few samples); the line is the critical slope.",
         [(f"connmon_close_wait_slope_per_second{{{F}}}", BY)],
         "short",
         thresholds=[(d.close_wait_critical_slope_per_s, "red")],

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         agent.stop_event.set()
 
     # Each scan allocates a record per socket; with the default gen-0 threshold (700) the
-    # cyclic collector would run dozens of times per scan over the tracker's long-lived objects.
+    # cyclic collector would run dozens of times per scan over the long-lived tracked sockets.
     gc.set_threshold(50_000, 20, 20)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

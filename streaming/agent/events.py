@@ -5,15 +5,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from streaming.schema.events import SCHEMA_VERSION, fit
-
-
-def iso_utc(ts: float) -> str:
-    """ISO 8601 UTC with milliseconds and a Z suffix."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+from streaming.schema.times import iso
 
 
 def make_agent_id(host: str, started: float) -> str:
@@ -34,7 +29,7 @@ class EventFactory:
         ev: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "kind": fields["kind"],
-            "event_time": iso_utc(self.clock() if at is None else at),
+            "event_time": iso(self.clock() if at is None else at),
             "host": fit(self.host),
             "agent_id": fit(self.agent_id),
             "seq": self.seq,

@@ -1,7 +1,7 @@
 """Per-socket lifecycle between scans, and per-group summaries. Pure: fed snapshots and a clock.
 
 A socket is keyed by its 4-tuple, which survives the step into TIME_WAIT (where the kernel drops
-the inode) and orphaned FIN_WAIT. The tracker emits:
+the inode) and orphaned FIN_WAIT. ``SocketLifecycles`` emits:
 
 - ``opened``: a socket not seen before (``open_reason`` ``initial`` on the first scan);
 - ``transition``: its state changed (with ``closed_by`` once a closing path is known);
@@ -94,7 +94,7 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(max(x, 0.0), nd)
 
 
-class Tracker:
+class SocketLifecycles:
     """Feed ``update(now, observations)`` one scan at a time; it returns event field dicts."""
 
     def __init__(self) -> None:

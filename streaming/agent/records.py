@@ -42,10 +42,6 @@ class SocketRecord:
     last_ack_recv_ms: int | None = None
 
     @property
-    def tuple4(self) -> tuple[str, int, str, int]:
-        return (self.src, self.sport, self.dst, self.dport)
-
-    @property
     def conn(self) -> str:
         """'laddr:lport->raddr:rport' with IPv6 addresses in brackets."""
         return f"{_hp(self.src, self.sport)}->{_hp(self.dst, self.dport)}"

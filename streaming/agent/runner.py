@@ -17,7 +17,7 @@ from streaming.agent.collector import Collector
 from streaming.agent.config import AgentConfig
 from streaming.agent.events import EventFactory, make_agent_id
 from streaming.agent.kafka_meta import ClusterEndpoints, MetadataRefresher, classify
-from streaming.agent.lifecycle import Meta, Tracker
+from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.procs import ProcessTable
 from streaming.schema.events import TCP_STATES
@@ -71,7 +71,7 @@ class Agent:
         self.clock = clock
         self.started = clock()
         self.events = EventFactory(cfg.host, make_agent_id(cfg.host, self.started), clock)
-        self.tracker = Tracker()
+        self.lifecycles = SocketLifecycles()
         self.last_summary: float | None = None
         self.last_scan_s = 0.0
         self.last_socket_count = 0
@@ -87,7 +87,7 @@ class Agent:
         now = self.clock()
         em = self.refresher.current()
         records = self.collector.scan(em.ports() or None)
-        tracked = self.tracker.sockets
+        tracked = self.lifecycles.sockets
         same_map = em is self._last_map
         self._last_map = em
         observations: list = []
@@ -130,7 +130,7 @@ class Agent:
             observations.append((rec, meta))
             counts[(TCP_STATES.get(rec.state, "CLOSE"), c.side)] += 1
         emitted = 0
-        for fields in self.tracker.update(now, observations, unchanged):
+        for fields in self.lifecycles.update(now, observations, unchanged):
             self._emit(fields, now)
             emitted += 1
         self.last_scan_s = time.perf_counter() - t0
@@ -148,7 +148,7 @@ class Agent:
     def summarize(self, now: float) -> int:
         """Summaries for every group plus the heartbeat."""
         n = 0
-        for fields in self.tracker.summaries(now, self.cfg.summary_interval_s):
+        for fields in self.lifecycles.summaries(now, self.cfg.summary_interval_s):
             self._emit(fields, now)
             n += 1
         opens, fails = procnet.read_tcp_counters(self.cfg.proc_root)

@@ -38,9 +38,12 @@ DETECTORS: dict[str, Detector] = {
 
 def detect_all(
     agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()
-) -> list[Finding]:
-    """Every finding for one window of one series, in a fixed kind order."""
-    found: list[Finding] = []
-    for detect in DETECTORS.values():
-        found.extend(detect(agg, cfg, history))
+) -> dict[str, Finding]:
+    """What holds for one window of one series: kind -> finding, in ``DETECTORS`` order. A
+    detector returning several findings for one window keeps its last. ``history`` is the
+    series' windows before this one (the job keeps them with its checkpoint)."""
+    found: dict[str, Finding] = {}
+    for kind, detect in DETECTORS.items():
+        for f in detect(agg, cfg, history):
+            found[kind] = f
     return found

@@ -1,7 +1,8 @@
 """close_wait_buildup: sockets stuck in CLOSE_WAIT beyond a grace period.
 
 A healthy client leaves CLOSE_WAIT within milliseconds of the broker's FIN; sockets that stay
-mean the application never calls close() (DOMAIN.md: a library leak or a stalled network thread).
+mean the application never calls close(): a library leak or a stalled network thread
+(docs/kafka-connections.md).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from streaming.detectors.config import DetectorConfig
-from streaming.detectors.idle_churn import _epoch
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
+from streaming.schema.times import epoch
 
 KIND = "close_wait_buildup"
 
@@ -35,11 +36,11 @@ def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -
     squares over window ends; the in-window slope cannot see a leak slower than one window).
     Only windows with CLOSE_WAIT count: the job's history keeps just those, and the result must
     not depend on how windows were split into micro-batches."""
-    end = _epoch(agg.window_end)
+    end = epoch(agg.window_end)
     points = [
-        (_epoch(w.window_end), float(w.close_wait_count))
+        (epoch(w.window_end), float(w.close_wait_count))
         for w in history
-        if w.close_wait_count > 0 and end - _epoch(w.window_end) < span_s and w.same_series(agg)
+        if w.close_wait_count > 0 and end - epoch(w.window_end) < span_s and w.same_series(agg)
     ]
     points.append((end, float(agg.close_wait_count)))
     if len(points) < 3:

@@ -1,8 +1,9 @@
 """Detector thresholds: one object, imported by the job, the detectors, the alert rules and the
 dashboards, so a threshold lives in one place.
 
-Defaults follow ../shared/DOMAIN.md (Java client idle expiry 540 s, broker 600 s, Linux
-TIME_WAIT 60 s). Tests compress time by overriding these values, never with special code paths.
+Defaults follow how Kafka clients behave (docs/kafka-connections.md: Java client idle expiry
+540 s, broker 600 s, Linux TIME_WAIT 60 s). Tests compress time by overriding these values,
+never with special code paths.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ class DetectorConfig:
     close_wait_grace_s: float = 30.0
     close_wait_warning_count: int = 1
     close_wait_critical_count: int = 20
-    # A rising CLOSE_WAIT count (sockets per second over the trend window) is critical too.
+    # A rising CLOSE_WAIT count is critical too: sockets per second, the larger of the slope
+    # within the window and the trend over the series' windows of the last 15 minutes.
     close_wait_critical_slope_per_s: float = 0.05
 
     # idle_churn: closes after at least this much idle, then a re-open to the same broker.
@@ -48,8 +50,8 @@ class DetectorConfig:
     window_s: float = 60.0
     watermark_s: float = 120.0
 
-    # Additions (issue 4). Idle expiry defaults from DOMAIN.md, used to tell which side's timer
-    # fired and to word recommendations: Java clients 540 s, brokers 600 s.
+    # connections.max.idle.ms defaults (Java clients 540 s, brokers 600 s), used to tell which
+    # side's timer fired and to word recommendations.
     client_idle_expiry_s: float = 540.0
     broker_idle_expiry_s: float = 600.0
     # connection_storm is critical at this multiple of any of its thresholds.

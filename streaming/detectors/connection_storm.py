@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from streaming.detectors.advice import RAISE_BACKOFF
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import HOST_SERIES, Aggregate
 from streaming.schema.findings import Finding
@@ -58,8 +59,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         advice = (
             "Refused or timed-out connects leave no socket to attribute: find the client whose "
             "log repeats connection failures (a stopped broker, a wrong listener or "
-            "bootstrap.servers entry) and raise its reconnect.backoff.ms and "
-            "reconnect.backoff.max.ms (Java 50/1000 ms, librdkafka 100/10000 ms by default)."
+            f"bootstrap.servers entry), and on that client {RAISE_BACKOFF}."
         )
     elif agg.side == "client":
         summary = (
@@ -70,8 +70,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         advice = (
             "The client reconnects without backing off: find why connections fail (broker down "
             "or unreachable, wrong listener, SASL/SSL authentication errors in the client log) "
-            "and raise reconnect.backoff.ms and reconnect.backoff.max.ms (Java 50/1000 ms, "
-            "librdkafka 100/10000 ms by default); with metadata.recovery.strategy=rebootstrap "
+            f"and {RAISE_BACKOFF}; with metadata.recovery.strategy=rebootstrap "
             "(Kafka 4.0 default) check that bootstrap.servers are reachable."
         )
     else:
@@ -83,7 +82,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         advice = (
             f"Clients on {agg.peer_host} reconnect in a loop: check the broker log for "
             "authentication failures, max.connections(.per.ip) rejections or a wrong listener, "
-            "and have the clients raise reconnect.backoff.ms and reconnect.backoff.max.ms."
+            f"and have the clients {RAISE_BACKOFF}."
         )
     evidence = {
         **{k: v for k, v in r.items()},

@@ -1,9 +1,9 @@
 """duplicate_connections: one client process holds more ESTABLISHED sockets to one broker than it
 needs, and the extra one is idle.
 
-Expected, not findings (DOMAIN.md): a consumer's separate group-coordinator connection (it
-heartbeats every few seconds, so it is never idle for long). Not expected: a Java client's
-leftover bootstrap connection, kept until the client's idle expiry closes it.
+Expected, not findings (docs/kafka-connections.md): a consumer's separate group-coordinator
+connection (it heartbeats every few seconds, so it is never idle for long). Not expected: a Java
+client's leftover bootstrap connection, kept until the client's idle expiry closes it.
 """
 
 from __future__ import annotations

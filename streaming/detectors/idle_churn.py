@@ -8,19 +8,13 @@ Cycles span many aggregate windows, so this detector reads the series' earlier w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
-from functools import lru_cache
 
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
+from streaming.schema.times import epoch
 
 KIND = "idle_churn"
-
-
-@lru_cache(maxsize=65536)
-def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def cycles(windows: Sequence[Aggregate]) -> int:
@@ -38,11 +32,11 @@ def cycles(windows: Sequence[Aggregate]) -> int:
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
     """A finding when ``idle_churn_min_cycles`` cycles fall within ``idle_churn_window_s``
     ending at this window."""
-    end = _epoch(agg.window_end)
+    end = epoch(agg.window_end)
     recent = [
         w
         for w in history
-        if end - _epoch(w.window_end) < cfg.idle_churn_window_s
+        if end - epoch(w.window_end) < cfg.idle_churn_window_s
         and (w.opens or w.closes_after_idle)
         and w.same_series(agg)
         and w.window_start < agg.window_start

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from streaming.detectors.advice import RAISE_BACKOFF
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
@@ -30,8 +31,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
             "The client side closes first, again and again: look for a producer or consumer "
             "created per request instead of shared, for idle-timeout churn (client "
             "connections.max.idle.ms shorter than its request interval) or a reconnect loop "
-            "(raise reconnect.backoff.ms and reconnect.backoff.max.ms); reuse one client per "
-            "process."
+            f"({RAISE_BACKOFF}); reuse one client per process."
         )
     else:
         summary = (

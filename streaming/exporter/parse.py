@@ -47,7 +47,9 @@ class Aggregate:
     window_end: float
     window_s: float
     sockets: dict[str, float]
-    gauges: dict[str, float]  # metric name -> value (already per second where a rate)
+    # metric name -> value (already per second where a rate); the CLOSE_WAIT slope is left out
+    # when the job could not fit one
+    gauges: dict[str, float]
     closes: dict[str, float]  # closed_by -> closes per second
 
 
@@ -159,7 +161,6 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     gauges = {
         "connmon_close_wait_sockets": _nonneg(obj, "close_wait_count"),
         "connmon_close_wait_oldest_age_seconds": _nonneg(obj, "close_wait_oldest_age_s"),
-        "connmon_close_wait_slope_per_second": _num(obj, "close_wait_slope_per_s") or 0.0,
         "connmon_time_wait_sockets": _nonneg(obj, "time_wait_count"),
         "connmon_syn_sent_sockets": _nonneg(obj, "syn_sent_count"),
         "connmon_max_idle_seconds": _nonneg(obj, "max_idle_s"),
@@ -171,6 +172,10 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
         "connmon_connection_lifetime_max_seconds": _nonneg(obj, "lifetime_max_s"),
         "connmon_window_end_timestamp_seconds": end,
     }
+    # Unknown (too few samples in the window) is no sample, not a flat 0.
+    slope = _num(obj, "close_wait_slope_per_s")
+    if slope is not None:
+        gauges["connmon_close_wait_slope_per_second"] = slope
     closes = {by: _nonneg(obj, f"closes_{by}") / window_s for by in ("local", "peer", "unknown")}
     return Aggregate(labels, end, window_s, sockets, gauges, closes)
 

@@ -109,7 +109,7 @@ class Renderer:
         ]
         for name in SIMPLE_AGGREGATES:
             out.append(_header(name))
-            out += [f"{name}{{{lt}}} {a.gauges[name]!r}\n" for lt, a in rows]
+            out += [f"{name}{{{lt}}} {a.gauges[name]!r}\n" for lt, a in rows if name in a.gauges]
         return "".join(out)
 
     def _findings(self, findings: list[Finding]) -> str:

@@ -6,13 +6,10 @@ Each builder returns the JSON bytes the job would produce; keyword arguments ove
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+
+from streaming.schema.times import iso
 
 NOW = 1_790_000_000.0  # a fixed reference time (2026-09-21)
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def aggregate(end: float = NOW - 5, **over) -> bytes:

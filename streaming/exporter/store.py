@@ -261,12 +261,8 @@ class Store:
             if key is not None:
                 self._remove(role, key)
 
-    def expire(self) -> int:
-        """Drop series and findings past their staleness limit; returns how many."""
-        with self._lock:
-            return self._expire_locked(self.clock())
-
     def _expire_locked(self, now: float) -> int:
+        """Drop series and findings past their staleness limit (every snapshot does)."""
         n = 0
         for role, limit in (
             ("aggregates", self.staleness_s),

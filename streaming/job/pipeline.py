@@ -34,9 +34,9 @@ from streaming.job.sinks import (
 )
 from streaming.job.state_files import StateFiles
 from streaming.job.status import JOB_QUERY, StatusListener
-from streaming.job.times import iso
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.status import JobStatus
+from streaming.schema.times import iso
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from streaming.job.partials import SUMMARY_STATES, state_col
-from streaming.job.times import iso
 from streaming.schema.aggregates import Aggregate
+from streaming.schema.times import iso
 
 
 def _num(v: Any) -> float | None:

@@ -12,8 +12,8 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming.job.batch import BatchStats
-from streaming.job.times import epoch, iso
 from streaming.schema.status import JobStatus
+from streaming.schema.times import epoch, iso
 
 log = logging.getLogger(__name__)
 

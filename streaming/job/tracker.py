@@ -26,12 +26,12 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from streaming.detectors import DETECTORS
+from streaming.detectors import DETECTORS, detect_all
 from streaming.detectors.config import DetectorConfig
-from streaming.job.times import epoch as _epoch
-from streaming.job.times import iso
 from streaming.schema.aggregates import HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key
+from streaming.schema.times import epoch as _epoch
+from streaming.schema.times import iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
 # What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend) plus
@@ -219,11 +219,7 @@ class Tracker:
 
     def _evaluate(self, agg: Aggregate, windows: list[Aggregate]) -> dict[str, Finding]:
         earlier = [w for w in windows if w.window_start < agg.window_start]
-        found: dict[str, Finding] = {}
-        for kind, detect in DETECTORS.items():
-            for f in detect(agg, self.cfg, earlier):
-                found[kind] = f
-        return found
+        return detect_all(agg, self.cfg, earlier)
 
     def _record_held(self, agg: Aggregate, found: dict[str, Finding]) -> None:
         self.held.setdefault(agg.series, {})[agg.window_start] = sorted(found)

@@ -32,7 +32,8 @@ AGGREGATE_METRICS: tuple[Metric, ...] = (
     ),
     _series(
         "connmon_close_wait_slope_per_second",
-        "Trend of the CLOSE_WAIT count over the job's trend window, in sockets per second.",
+        "Least-squares slope of the CLOSE_WAIT count within the aggregation window, in sockets "
+        "per second; absent when the window has too few CLOSE_WAIT samples to fit one.",
     ),
     _series("connmon_time_wait_sockets", "Sockets in TIME_WAIT (this side closed first)."),
     _series("connmon_syn_sent_sockets", "Sockets in SYN_SENT (connects not yet answered)."),

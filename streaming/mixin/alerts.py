@@ -1,5 +1,7 @@
-"""Alert rules: one per finding kind, plus pipeline health. Names, severities, summaries and
-descriptions follow the monitoring-mixin conventions (see ../shared/STYLE.md)."""
+"""Alert rules: one per finding kind, plus pipeline health. They follow the conventions of the
+monitoring mixins (kubernetes-mixin, node-mixin): CamelCase names sharing the ``ConnMon``
+prefix, a ``severity`` label, a one-sentence ``summary``, a ``description`` that names the
+labels, and a ``runbook_url`` to the alert's section of docs/runbook.md."""
 
 from __future__ import annotations
 

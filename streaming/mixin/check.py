@@ -16,6 +16,7 @@ import yaml
 from streaming.metricnames import PROMETHEUS_BUILTINS, series_names
 from streaming.mixin.build import ROOT
 from streaming.mixin.promql import metric_names
+from streaming.prometheus_bin import promtool
 
 GO_BIN = ROOT / "deploy" / "local" / ".cache" / "go-bin"
 INSTALL_TOOLS = ROOT / "deploy" / "prometheus" / "install-tools.sh"
@@ -135,14 +136,10 @@ def _run(cmd: list[str]) -> tuple[int, str]:
 
 
 def promtool_check_rules(files: tuple[Path, ...] = RULE_FILES) -> tuple[int, str]:
-    from streaming.stack.prometheus import promtool
-
     return _run([promtool(), "check", "rules", *map(str, files)])
 
 
 def promtool_test_rules() -> tuple[int, str]:
-    from streaming.stack.prometheus import promtool
-
     tests = sorted(str(p) for p in (PROM_DIR / "tests").glob("*.yaml"))
     return _run([promtool(), "test", "rules", *tests])
 

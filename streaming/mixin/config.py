@@ -1,5 +1,5 @@
 """The mixin's one config object: selectors, thresholds, ``for`` durations, dashboard settings
-and the runbook URL pattern. Detector thresholds come from ``streaming.detectors.config`` so a
+and where the runbook is. Detector thresholds come from ``streaming.detectors.config`` so a
 threshold lives in one place; the alert texts and dashboard threshold lines quote them.
 """
 
@@ -46,10 +46,12 @@ class MixinConfig:
     dashboard_uid_prefix: str = "connmon-"
     dashboard_tags: tuple[str, ...] = ("connmon", "kafka")
 
-    # Alerts link to a section of docs/runbook.md; {anchor} is the lower-cased alert name.
-    runbook_url_pattern: str = (
-        "https://github.com/connmon/connmon/blob/main/docs/runbook.md#{anchor}"
-    )
+    # Where the runbook (docs/runbook.md, one section per alert) is found. Every alert's
+    # runbook_url annotation is this plus "#<alert name lower-cased>". The default is the
+    # runbook's path in this repository; set it to the URL where you publish docs/runbook.md
+    # (e.g. "https://git.example.com/ops/connmon/blob/main/docs/runbook.md") to get links
+    # that open from Alertmanager and Grafana.
+    runbook_url_base: str = "docs/runbook.md"
 
     # Deploy objects.
     kubernetes_namespace: str = "monitoring"
@@ -63,7 +65,8 @@ class MixinConfig:
         return self.detectors.watermark_s + 5 * self.detectors.window_s
 
     def runbook_url(self, alert: str) -> str:
-        return self.runbook_url_pattern.format(anchor=alert.lower())
+        """The alert's section of the runbook (GitHub-style anchor: the name lower-cased)."""
+        return f"{self.runbook_url_base}#{alert.lower()}"
 
     def replace(self, **changes: Any) -> MixinConfig:
         names = {f.name for f in dataclasses.fields(self)}

@@ -1,4 +1,4 @@
-"""The scenarios: one per pathology in ../shared/DOMAIN.md, plus the healthy baseline.
+"""The scenarios: one per pathology in docs/kafka-connections.md, plus the healthy baseline.
 
 Time is compressed about 10x through configuration only: the main cluster's brokers reap idle
 connections after 60 s (default 600 s), clients that should reap first get 10 s (Java default

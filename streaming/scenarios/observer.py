@@ -5,7 +5,7 @@ Every second it runs ``ss -tanie`` filtered to the broker ports (state, inode an
 workload processes only, keeps their sockets toward known broker ports, and records per
 client x broker: sockets by state over time and each connection's life
 (opened, who closed first, lifetime, idle). It shares no code with the agent on purpose: it is
-the yardstick the scenarios check DOMAIN.md's claims (and the agent) against.
+the yardstick the scenarios check docs/kafka-connections.md (and the agent) against.
 
 Parsing and summarising are pure functions; ``Observer`` is the thin sampling loop around them.
 """
@@ -139,7 +139,7 @@ class Sample:
     max_idle_s: dict[tuple[str, str], float]
 
 
-class Tracker:
+class ObservedConnections:
     """Folds successive ``ss`` samples into per-connection lives and per-pair timelines. Pure:
     the caller supplies rows, the time, the pid -> app map and the port -> broker map."""
 
@@ -241,13 +241,13 @@ class PairSummary:
     median_lifetime_s: float | None
 
 
-def summarise(tracker: Tracker) -> list[PairSummary]:
+def summarise(observed: ObservedConnections) -> list[PairSummary]:
     """One row per client x broker over the whole observation."""
     pairs: dict[tuple[str, str], list[Conn]] = {}
-    for c in tracker.conns.values():
+    for c in observed.conns.values():
         pairs.setdefault((c.app, c.broker), []).append(c)
     peak: dict[tuple[str, str], Counter] = {}
-    for s in tracker.samples:
+    for s in observed.samples:
         for pair, cnt in s.counts.items():
             p = peak.setdefault(pair, Counter())
             for state, n in cnt.items():
@@ -291,7 +291,10 @@ def summary_table(rows: list[PairSummary]) -> str:
 
 
 def timeline_table(
-    tracker: Tracker, t0: float, apps: Iterable[str] | None = None, max_per_pair: int = 25
+    observed: ObservedConnections,
+    t0: float,
+    apps: Iterable[str] | None = None,
+    max_per_pair: int = 25,
 ) -> str:
     """Sockets per client x broker over time, one line per change (compact: at most
     ``max_per_pair`` lines per pair, then a count of the changes left out)."""
@@ -300,7 +303,7 @@ def timeline_table(
     lines = [head]
     last: dict[tuple[str, str], tuple[int, ...]] = {}
     shown: Counter = Counter()
-    for s in tracker.samples:
+    for s in observed.samples:
         for pair in sorted(set(s.counts) | set(last)):
             if wanted is not None and pair[0] not in wanted:
                 continue
@@ -369,14 +372,11 @@ class Observer:
         sampler: Callable[[Iterable[int]], str] = run_ss,
         snmp: Callable[[], str] = read_snmp,
     ) -> None:
-        self.tracker = Tracker(brokers)
+        self.observed = ObservedConnections(brokers)
         self._apps, self._interval, self._sampler, self._snmp = apps, interval_s, sampler, snmp
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="observer", daemon=True)
         self.t0 = time.time()
-
-    def add_brokers(self, brokers: Mapping[tuple[str, int], str]) -> None:
-        self.tracker.brokers.update(brokers)
 
     def start(self) -> Observer:
         self.t0 = time.time()
@@ -388,11 +388,11 @@ class Observer:
             try:
                 t = time.time()
                 apps = self._apps()
-                ports = [port for _, port in self.tracker.brokers]
+                ports = [port for _, port in self.observed.brokers]
                 rows = parse_ss(self._sampler(ports))
                 rows = with_owners(rows, socket_owners(apps))
-                self.tracker.host.append((t, parse_snmp(self._snmp())))
-                self.tracker.update(t, rows, apps)
+                self.observed.host.append((t, parse_snmp(self._snmp())))
+                self.observed.update(t, rows, apps)
             except (OSError, subprocess.SubprocessError):
                 pass  # one missed sample is fine; the next one catches up
             self._stop.wait(self._interval)
@@ -403,11 +403,11 @@ class Observer:
             self._thread.join(timeout=15)
 
     def report(self, apps: Iterable[str] | None = None) -> str:
-        rows = summarise(self.tracker)
+        rows = summarise(self.observed)
         if apps is not None:
             keep = set(apps)
             rows = [r for r in rows if r.app in keep]
-        host = self.tracker.host
+        host = self.observed.host
         span = host[-1][0] - host[0][0] if len(host) > 1 else 0.0
         opens, opens_peak = host_rates(host, "ActiveOpens")
         fails, fails_peak = host_rates(host, "AttemptFails")
@@ -416,5 +416,5 @@ class Observer:
             f"AttemptFails +{fails} (peak {fails_peak:.0f}/min)\n"
             "connections per client x broker (observer, ss every "
             f"{self._interval:g}s)\n{summary_table(rows)}\n\n"
-            f"timeline (one line per change)\n{timeline_table(self.tracker, self.t0, apps)}"
+            f"timeline (one line per change)\n{timeline_table(self.observed, self.t0, apps)}"
         )

@@ -1,16 +1,13 @@
 """A local Prometheus on 127.0.0.1 with a generated config (scrape targets + rule files).
 
-Prometheus and promtool come from Debian's ``prometheus`` package; ``ensure_installed()`` runs
-``apt-get`` once when they are missing (as root, as CI does).
+The binary comes from Debian's ``prometheus`` package (``streaming.prometheus_bin``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -21,53 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streaming.prometheus_bin import PrometheusError, prometheus_bin
 from streaming.stack.kafka import _alive, _terminate
 from streaming.stack.ports import free_port, port_in_use
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus is missing, misconfigured or did not answer; the message says which."""
-
-
-def _which(name: str) -> str | None:
-    return shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
-
-
-def ensure_installed(quiet: bool = False) -> None:
-    """Install Debian's prometheus package (server + promtool) if either is missing."""
-    if _which("prometheus") and _which("promtool"):
-        return
-    if os.geteuid() != 0:
-        raise PrometheusError(
-            "prometheus/promtool are not installed; run: sudo apt-get install prometheus"
-        )
-    if not quiet:
-        print(
-            "connmon: installing Debian's prometheus package (first run only)...", file=sys.stderr
-        )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    out = subprocess.DEVNULL if quiet else None
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"],
-    ):
-        rc = subprocess.run(cmd, env=env, stdout=out).returncode
-        if rc != 0:
-            raise PrometheusError(f"{' '.join(cmd)} failed with exit {rc}")
-    # The package's postinst may start a system Prometheus on :9090; ours never uses it.
-    if not (_which("prometheus") and _which("promtool")):
-        raise PrometheusError("apt-get installed prometheus but the binaries are not on PATH")
-
-
-def prometheus_bin() -> str:
-    ensure_installed()
-    return _which("prometheus")  # type: ignore[return-value]
-
-
-def promtool() -> str:
-    """Path of promtool, installing the package first if needed."""
-    ensure_installed()
-    return _which("promtool")  # type: ignore[return-value]
 
 
 def render_config(

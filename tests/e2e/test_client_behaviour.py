@@ -18,7 +18,7 @@ import pytest
 from streaming.scenarios import javadriver
 from streaming.scenarios.launcher import Proc, stop_all, workload_argv
 from streaming.scenarios.model import Workload
-from streaming.scenarios.observer import Observer, Tracker, summarise
+from streaming.scenarios.observer import ObservedConnections, Observer, summarise
 
 BROKER_IDLE_MS = 10000
 RUN_S = 45.0
@@ -44,7 +44,7 @@ WORKLOADS = (
 
 
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracker]:
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedConnections]:
     from streaming.stack.kafka import KafkaCluster, create_topics
 
     javadriver.ensure_built()
@@ -71,7 +71,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracker]:
             procs[[p.name for p in procs].index(d)].tail() for d in dead
         )
         print(observer.report())
-        yield observer.tracker
+        yield observer.observed
     finally:
         stop_all(procs)
         if observer is not None:
@@ -79,8 +79,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tracker]:
         cluster.stop()
 
 
-def _row(tracker: Tracker, app: str):
-    rows = [r for r in summarise(tracker) if r.app == app]
+def _row(observed: ObservedConnections, app: str):
+    rows = [r for r in summarise(observed) if r.app == app]
     assert rows, f"the observer never saw a socket of {app}"
     return rows[0]
 

@@ -23,7 +23,7 @@ from streaming.scenarios.model import (
 )
 from streaming.scenarios.observer import (
     UNATTRIBUTED,
-    Tracker,
+    ObservedConnections,
     host_rates,
     parse_snmp,
     parse_ss,
@@ -72,8 +72,8 @@ def test_parse_ss_reads_state_addresses_pid_and_idle():
     assert rows[4].local == ("127.0.0.1", 40006)  # v4-mapped v6 unwrapped
 
 
-def test_tracker_counts_states_per_client_and_broker_and_ignores_others():
-    t = Tracker(BROKERS)
+def test_observed_connections_counts_states_per_client_and_broker_and_ignores_others():
+    t = ObservedConnections(BROKERS)
     s = t.update(100.0, parse_ss(SS_SAMPLE), {1234: "java-app", 77: "py-app"})
     assert s.counts[("java-app", "c/1")]["ESTABLISHED"] == 1
     assert s.counts[("java-app", "c/2")]["ESTABLISHED"] == 1
@@ -82,8 +82,8 @@ def test_tracker_counts_states_per_client_and_broker_and_ignores_others():
     assert not any(app == "curl" for app, _ in s.counts)  # not a broker, not a workload
 
 
-def test_tracker_follows_a_connection_through_close_wait_and_attributes_time_wait():
-    t = Tracker(BROKERS)
+def test_observed_connections_follows_a_connection_through_close_wait_and_attributes_time_wait():
+    t = ObservedConnections(BROKERS)
     apps = {1: "a"}
     est = 'ESTAB 0 0 127.0.0.1:5000 127.0.0.1:9092 users:(("x",pid=1,fd=3)) lastsnd:{i} lastrcv:{i}'
     t.update(0.0, parse_ss(est.format(i=100)), apps)
@@ -96,7 +96,7 @@ def test_tracker_follows_a_connection_through_close_wait_and_attributes_time_wai
     assert conn.max_close_wait_s == pytest.approx(27.0)
     assert conn.max_idle_s == pytest.approx(9.0)
     # a client-closed connection: its TIME_WAIT has no pid but keeps the app by its 4-tuple
-    t2 = Tracker(BROKERS)
+    t2 = ObservedConnections(BROKERS)
     est2 = 'ESTAB 0 0 127.0.0.1:6000 127.0.0.1:9093 users:(("x",pid=1,fd=3)) lastsnd:5 lastrcv:5'
     t2.update(0.0, parse_ss(est2), apps)
     s = t2.update(1.0, parse_ss("TIME-WAIT 0 0 127.0.0.1:6000 127.0.0.1:9093"), apps)
@@ -105,8 +105,8 @@ def test_tracker_follows_a_connection_through_close_wait_and_attributes_time_wai
     assert (row.app, row.closed_local, row.closed_peer, row.max_time_wait) == ("a", 1, 0, 1)
 
 
-def test_tracker_treats_a_reused_four_tuple_as_a_new_connection():
-    t = Tracker(BROKERS)
+def test_observed_connections_treats_a_reused_four_tuple_as_a_new_connection():
+    t = ObservedConnections(BROKERS)
     apps = {1: "a"}
     est = 'ESTAB 0 0 127.0.0.1:7000 127.0.0.1:9092 users:(("x",pid=1,fd=3)) lastsnd:5 lastrcv:5'
     tw = "TIME-WAIT 0 0 127.0.0.1:7000 127.0.0.1:9092"

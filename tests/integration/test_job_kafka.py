@@ -151,7 +151,7 @@ def recording(name: str, end: float | None = None, **kw: Any) -> list[dict[str, 
 
 
 def gen_epoch(text: str) -> float:
-    from streaming.job.times import epoch
+    from streaming.schema.times import epoch
 
     return epoch(text)
 

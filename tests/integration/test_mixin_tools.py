@@ -33,7 +33,7 @@ def test_promtool_unit_tests_can_fail(tmp_path) -> None:
     (tmp_path / "tests").mkdir()
     src = (check.PROM_DIR / "tests" / "findings_test.yaml").read_text()
     (tmp_path / "tests" / "findings_test.yaml").write_text(src)
-    from streaming.stack.prometheus import promtool
+    from streaming.prometheus_bin import promtool
 
     rc, out = check._run([promtool(), "test", "rules", str(tmp_path / "tests/findings_test.yaml")])
     assert rc != 0
@@ -41,7 +41,7 @@ def test_promtool_unit_tests_can_fail(tmp_path) -> None:
 
 
 def test_every_expression_parses_in_a_real_prometheus(prometheus_factory) -> None:
-    from streaming.stack.prometheus import PrometheusError
+    from streaming.prometheus_bin import PrometheusError
 
     prom = prometheus_factory([], list(check.RULE_FILES))
     rules, dashes = check.load_outputs()
@@ -92,7 +92,7 @@ def test_example_prometheus_config_loads_the_generated_rules(tmp_path) -> None:
     """deploy/prometheus/prometheus.yml with the rule files installed as its comments say."""
     import shutil
 
-    from streaming.stack.prometheus import promtool
+    from streaming.prometheus_bin import promtool
 
     shutil.copy(check.PROM_DIR / "prometheus.yml", tmp_path / "prometheus.yml")
     (tmp_path / "connmon-rules.d").mkdir()

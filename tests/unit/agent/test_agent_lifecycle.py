@@ -1,9 +1,9 @@
-"""Lifecycle tracker fed scan sequences: open -> CLOSE_WAIT -> gone, open -> TIME_WAIT, first
+"""Socket lifecycles fed scan sequences: open -> CLOSE_WAIT -> gone, open -> TIME_WAIT, first
 scan, short-lived sockets, 4-tuple reuse, and summaries."""
 
 from __future__ import annotations
 
-from streaming.agent.lifecycle import Meta, Tracker
+from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.records import (
     CLOSE_WAIT,
     ESTABLISHED,
@@ -40,7 +40,7 @@ def _valid(events: list[dict]) -> None:
 
 
 def test_time_wait_at_agent_start_is_not_a_short_lived_close() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     ev = t.update(0.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), META)])
     assert [(e["kind"], e["open_reason"]) for e in ev] == [("opened", "initial")]
     (s,) = t.summaries(0.0, 15.0)
@@ -49,7 +49,7 @@ def test_time_wait_at_agent_start_is_not_a_short_lived_close() -> None:
 
 
 def test_first_scan_reports_initial_then_nothing_while_unchanged() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     ev = t.update(0.0, [(rec(ESTABLISHED), META)])
     assert kinds(ev) == [("opened", "ESTABLISHED")]
     assert ev[0]["open_reason"] == "initial"
@@ -60,7 +60,7 @@ def test_first_scan_reports_initial_then_nothing_while_unchanged() -> None:
 
 
 def test_open_close_wait_gone_is_closed_by_peer_with_ages() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(ESTABLISHED, idle_ms=500), META)])
     ev = t.update(5.0, [(rec(CLOSE_WAIT, idle_ms=5500), META)])
     assert kinds(ev) == [("transition", "CLOSE_WAIT")]
@@ -83,7 +83,7 @@ def test_open_close_wait_gone_is_closed_by_peer_with_ages() -> None:
 
 
 def test_open_time_wait_keeps_tuple_and_is_closed_by_local() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(ESTABLISHED), META)])
     tw_meta = Meta("prod", "client", "unknown", 2, "kafka-2:9092")  # no pid in TIME_WAIT
     ev = t.update(540.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), tw_meta)])
@@ -99,7 +99,7 @@ def test_open_time_wait_keeps_tuple_and_is_closed_by_local() -> None:
 
 
 def test_fin_wait_path_is_local() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(ESTABLISHED), META)])
     ev = t.update(5.0, [(rec(FIN_WAIT1), META)])
     assert ev[0]["closed_by"] == "local"
@@ -108,7 +108,7 @@ def test_fin_wait_path_is_local() -> None:
 
 
 def test_vanished_from_established_without_time_wait_is_closed_by_peer() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(ESTABLISHED), META)])
     (closed,) = t.update(5.0, [])
     assert closed["kind"] == "closed" and closed["closed_by"] == "peer"
@@ -116,14 +116,14 @@ def test_vanished_from_established_without_time_wait_is_closed_by_peer() -> None
 
 
 def test_vanished_from_syn_sent_is_unknown() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(SYN_SENT), META)])
     (closed,) = t.update(5.0, [])
     assert closed["kind"] == "closed" and closed["closed_by"] == "unknown"
 
 
 def test_short_lived_sockets_after_start_are_opened_new_and_closed() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [])
     ev = t.update(
         5.0, [(rec(TIME_WAIT, inode=0, idle_ms=None), META), (rec(SYN_SENT, 40001), META)]
@@ -137,14 +137,14 @@ def test_short_lived_sockets_after_start_are_opened_new_and_closed() -> None:
 
 
 def test_four_tuple_reuse_is_a_new_socket() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     t.update(0.0, [(rec(ESTABLISHED, inode=1), META)])
     ev = t.update(5.0, [(rec(ESTABLISHED, inode=2), META)])
     assert [(e["kind"], e["inode"]) for e in ev] == [("closed", 1), ("opened", 2)]
 
 
 def test_summaries_count_duplicates_and_report_drops() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
     t.update(
         0.0,
@@ -165,7 +165,7 @@ def test_summaries_count_duplicates_and_report_drops() -> None:
 
 
 def test_close_wait_is_dated_by_the_peers_fin() -> None:
-    t = Tracker()
+    t = SocketLifecycles()
     first = rec(CLOSE_WAIT, idle_ms=900_000)
     first.last_ack_recv_ms = 300_000  # FIN arrived 5 minutes before the agent started
     (ev,) = t.update(1000.0, [(first, META)])
@@ -173,7 +173,7 @@ def test_close_wait_is_dated_by_the_peers_fin() -> None:
     (s,) = t.summaries(1010.0, 15.0)
     assert s["oldest_state_age_s"] == 310.0
     # Between scans: the FIN time counts, but never before the previous scan.
-    t2 = Tracker()
+    t2 = SocketLifecycles()
     t2.update(0.0, [(rec(ESTABLISHED, idle_ms=100), META)])
     cw = rec(CLOSE_WAIT, idle_ms=4100)
     cw.last_ack_recv_ms = 3000
@@ -181,7 +181,7 @@ def test_close_wait_is_dated_by_the_peers_fin() -> None:
     assert tr["state_age_s"] == 3.0
     cw2 = rec(CLOSE_WAIT, idle_ms=99_000)
     cw2.last_ack_recv_ms = 99_000
-    t3 = Tracker()
+    t3 = SocketLifecycles()
     t3.update(0.0, [(rec(ESTABLISHED, idle_ms=100), META)])
     (tr,) = t3.update(5.0, [(cw2, META)])
     assert tr["state_age_s"] == 5.0

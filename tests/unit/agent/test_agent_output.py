@@ -9,12 +9,13 @@ import time
 
 from streaming.agent import config
 from streaming.agent.collector import Collector
-from streaming.agent.events import EventFactory, iso_utc
+from streaming.agent.events import EventFactory
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.procs import ProcessTable
 from streaming.agent.producer import KafkaSink, StreamSink
 from streaming.agent.records import CLOSE_WAIT, ESTABLISHED, SocketRecord
 from streaming.agent.runner import Agent, make_refresher
+from streaming.schema.times import iso
 from streaming.schema.validate import validate
 
 
@@ -25,7 +26,7 @@ def test_envelope_and_sequence() -> None:
     assert a["event_time"] == "2026-11-21T05:00:00.123Z"
     assert (a["seq"], b["seq"]) == (0, 1)
     assert "pid" not in a  # nulls are left out
-    assert iso_utc(0) == "1970-01-01T00:00:00.000Z"
+    assert iso(0) == "1970-01-01T00:00:00.000Z"
 
 
 def test_stream_sink_counts_by_kind() -> None:

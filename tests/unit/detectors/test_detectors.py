@@ -266,7 +266,14 @@ def test_healthy_consumer_window_has_no_finding():
     agg = make_agg(
         sockets={"ESTABLISHED": 2}, max_idle_s=3.0, dup_processes=1, dup_max_idle_s=3.0, opens=0
     )
-    assert detect_all(agg, DEFAULT) == []
+    assert detect_all(agg, DEFAULT) == {}
+
+
+def test_detect_all_maps_each_kind_to_its_finding():
+    agg = make_agg(close_wait_count=25, close_wait_oldest_age_s=400.0, time_wait_count=250)
+    found = detect_all(agg, DEFAULT)
+    assert list(found) == ["close_wait_buildup", "time_wait_pileup"]
+    assert all(f.kind == kind for kind, f in found.items())
 
 
 def test_config_replace_rejects_unknown_names():

@@ -26,6 +26,14 @@ def test_aggregate_fields_become_base_unit_values() -> None:
     assert agg.closes == {"local": 0.0, "peer": pytest.approx(3 / 60), "unknown": 0.0}
 
 
+def test_unknown_close_wait_slope_is_no_sample_not_zero() -> None:
+    assert parse_aggregate(aggregate()).gauges["connmon_close_wait_slope_per_second"] == 0.01
+    agg = parse_aggregate(aggregate(close_wait_slope_per_s=None))
+    assert "connmon_close_wait_slope_per_second" not in agg.gauges
+    negative = parse_aggregate(aggregate(close_wait_slope_per_s=-0.02))  # draining is a value
+    assert negative.gauges["connmon_close_wait_slope_per_second"] == -0.02
+
+
 def test_unknown_broker_id_uses_endpoint_host_never_the_port() -> None:
     agg = parse_aggregate(aggregate(broker_id=None, broker_endpoint="kafka-3.example:9093"))
     assert agg.labels[4] == "kafka-3.example"

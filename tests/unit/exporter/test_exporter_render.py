@@ -33,7 +33,7 @@ def test_renderer_matches_the_collector(clock) -> None:
     handle(store, "aggregates", b"a", aggregate(), "x")
     odd = aggregate(side="broker", app="kafka-broker", peer_host="10.0.0.7", host='we"ird\\h')
     handle(store, "aggregates", b"b", odd, "x")
-    handle(store, "aggregates", b"c", aggregate(host="c"), "x")
+    handle(store, "aggregates", b"c", aggregate(host="c", close_wait_slope_per_s=None), "x")
     handle(store, "findings", b"f", finding(), "x")
     handle(store, "job_status", b"j", status(), "x")
     handle(store, "aggregates", b"d", aggregate(host="over-the-limit"), "x")
@@ -48,6 +48,8 @@ def test_renderer_matches_the_collector(clock) -> None:
     for key, value in ref.items():
         assert math.isclose(value, got[key]), key
     assert _types(reference) == _types(fast)
+    slopes = {dict(k[1])["host"] for k in got if k[0] == "connmon_close_wait_slope_per_second"}
+    assert slopes == {"web-1", 'we"ird\\h'}  # host c's slope is unknown: no sample
     assert (
         'connmon_job_produce_errors_total{job_id="connmon-job",query="aggregates",'
         'topic="connmon.aggregates",error="MSG_SIZE_TOO_LARGE"} 2.0'

@@ -7,7 +7,7 @@ import pytest
 from streaming.job.batch import BatchStats
 from streaming.job.state_files import StateFiles
 from streaming.job.status import status_from_progress
-from streaming.job.times import epoch
+from streaming.schema.times import epoch
 
 
 def test_state_files_load_a_snapshot_and_the_deltas_after_it(tmp_path):

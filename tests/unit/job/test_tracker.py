@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.times import epoch, iso
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
+from streaming.schema.times import epoch, iso
 
 CFG = DetectorConfig()
 

@@ -61,6 +61,14 @@ def test_runbook_has_a_section_per_alert() -> None:
     assert headings >= EXPECTED_ALERTS
 
 
+def test_one_setting_moves_every_runbook_link() -> None:
+    base = "https://git.example.com/ops/connmon/blob/main/docs/runbook.md"
+    rules = alert_rules(DEFAULT.replace(runbook_url_base=base))
+    urls = [r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"]]
+    assert len(urls) == len(EXPECTED_ALERTS)
+    assert all(u.startswith(base + "#connmon") for u in urls)
+
+
 def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
     fires: set[str] = set()
     quiet: set[str] = set()

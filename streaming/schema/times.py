@@ -1,11 +1,21 @@
-"""ISO 8601 UTC times as the contracts write them (milliseconds, Z suffix)."""
+"""Times as the contracts write them: ISO 8601 UTC with milliseconds and a ``Z`` suffix
+(``2026-11-21T04:00:00.000Z``), and back to seconds since the epoch.
+
+The one definition for the agent (event times), the job (window bounds), the detectors (window
+ends) and the exporter's example messages.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import overload
 
 
+@overload
+def iso(value: None) -> None: ...
+@overload
+def iso(value: datetime | float) -> str: ...
 def iso(value: datetime | float | None) -> str | None:
     """ISO 8601 UTC with milliseconds and a Z suffix (naive datetimes are UTC)."""
     if value is None:
