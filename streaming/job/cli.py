@@ -43,10 +43,16 @@ def register(subparsers: Any) -> None:
     job.add_argument("--findings-topic")
     job.add_argument("--deadletter-topic")
     job.add_argument("--status-topic")
+    job.add_argument("--partials-topic", help="internal topic between the job's two queries")
     job.add_argument("--job-id")
     job.add_argument("--max-event-age", dest="max_event_age_s", help="e.g. 1d/24h; 'off'")
     job.add_argument("--max-event-future", dest="max_event_future_s", help="e.g. 5m; 'off'")
     job.add_argument("--shuffle-partitions", type=int)
+    job.add_argument(
+        "--state-buckets",
+        type=int,
+        help="state-store keys the series are spread over (fixed per checkpoint)",
+    )
     _common(job)
     job.add_argument(
         "--kafka-option",
@@ -103,10 +109,12 @@ _JOB_FIELDS = (
     "findings_topic",
     "deadletter_topic",
     "status_topic",
+    "partials_topic",
     "job_id",
     "max_event_age_s",
     "max_event_future_s",
     "shuffle_partitions",
+    "state_buckets",
 )
 
 

@@ -2,13 +2,14 @@
 
 Each micro-batch aggregates its own events into *partial* rows per (window, series) with
 mergeable statistics only (sums, minima, maxima, values taken at the latest event time). This
-module merges them into the open windows, applies the event-time watermark, counts late and
-rejected events, and turns a window into the finished row that ``records`` reads. Pure Python:
-its state is a JSON document saved with the detector state per batch id, so the job reads the
-topic once (one query) and a restart re-runs a batch from the same state.
+module merges them into the open windows, applies the event-time watermark, counts late events,
+and turns a window into the finished row that ``records`` reads. Pure Python: the job keeps one
+``WindowState`` per state bucket (``buckets``), saved as a JSON-able document in Spark's state
+store.
 
-Watermark: the newest event time seen in earlier batches minus ``watermark_s``. An event is late
-when its window ended at or before the watermark (the window was closed and evicted).
+Watermark: the newest event time of the whole fleet seen in earlier batches minus
+``watermark_s``. An event is late when its window ended at or before the watermark (the window
+was closed and evicted).
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
 
 
 _KEY_FIELDS = ("window_start_s", *SERIES)
+# Grouping keys of a partial row besides window and series (``windows.Partials``): a batch may
+# hold several rows of one window that differ only in these.
+_PART_FIELDS = ("broker_endpoint", flat_col("ESTABLISHED", "dup_conn"))
 
 
 def window_key(part: Mapping[str, Any]) -> str:
@@ -192,99 +196,86 @@ def window_key(part: Mapping[str, Any]) -> str:
     return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _KEY_FIELDS)
 
 
+def part_key(part: Mapping[str, Any]) -> str:
+    """Which of a batch's partial rows of one window this is."""
+    return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _PART_FIELDS)
+
+
 @dataclass
 class BatchResult:
     rows: list[dict[str, Any]]  # finished rows of the windows this batch updated
     late: int  # events of this batch whose window had closed
-    rejected: dict[str, int]  # dead-letter reason -> records of this batch
     watermark_s: float | None  # watermark in effect for this batch
     max_event_s: float | None  # newest event time seen so far
-    input_rows: int = 0  # records of this batch: valid, late and rejected
+    duplicates: int = 0  # partial rows already merged (a batch written again after a crash)
 
 
 @dataclass
 class WindowState:
-    """The open windows, the newest event time and the job's cumulative bad-input counts."""
+    """The open windows of some series and the newest event time of the whole fleet.
+
+    Partial rows carry the id of the batch that made them (``batch``). A window remembers the
+    newest batch merged into it and which of that batch's rows it holds, so a batch written
+    again after a crash is merged once (a window's rows arrive in batch order)."""
 
     window_s: float
     watermark_s: float
     open: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_event_s: float | None = None
-    late_total: int = 0
-    dead_letter_total: int = 0
-    # since the last to_state/to_delta: windows merged into, windows evicted
-    _changed: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
-    _evicted: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def watermark(self) -> float | None:
         return None if self.max_event_s is None else self.max_event_s - self.watermark_s
+
+    def advance(self, max_event_s: float | None) -> None:
+        """Event time moved on elsewhere in the fleet (the newest event time of a batch)."""
+        self.max_event_s = _max(self.max_event_s, max_event_s)
 
     def apply(self, partials: Iterable[Mapping[str, Any]]) -> BatchResult:
         """Merge one batch's partial rows; evict the windows the new watermark closes."""
         wm = self.watermark()
         touched: dict[str, None] = {}  # insertion-ordered set
-        late = 0
-        rejected: dict[str, int] = {}
+        late = duplicates = 0
         newest = self.max_event_s
-        input_rows = 0
         for part in partials:
-            events = int(part.get("events") or 0)
-            input_rows += events
-            if part.get("reason") is not None:
-                rejected[part["reason"]] = rejected.get(part["reason"], 0) + events
-                continue
             if wm is not None and part["window_start_s"] + self.window_s <= wm:
-                late += events
+                late += int(part.get("events") or 0)
                 continue
-            newest = _max(newest, part.get("last_event_s"))
             key = window_key(part)
             w = self.open.get(key)
+            if w is not None and _seen(w, part):
+                duplicates += 1
+                continue
+            newest = _max(newest, part.get("last_event_s"))
             if w is None:
-                self.open[key] = new_window(part)
-                self._evicted.discard(key)
+                w = self.open[key] = new_window(part)
             else:
                 merge(w, part)
+            _remember(w, part)
             touched[key] = None
         order = sorted(touched, key=lambda k: (self.open[k]["window_start_s"], k))
         rows = [finish(self.open[k], self.window_s) for k in order]
         self.max_event_s = newest
-        self.late_total += late
-        self.dead_letter_total += sum(rejected.values())
-        self._changed.update(touched)
-        new_wm = self.watermark()
-        if new_wm is not None:
-            closed = [
-                k for k, w in self.open.items() if w["window_start_s"] + self.window_s <= new_wm
-            ]
-            for k in closed:
+        self.evict()
+        return BatchResult(rows, late, wm, self.max_event_s, duplicates)
+
+    def evict(self) -> None:
+        """Forget the windows the watermark closed."""
+        wm = self.watermark()
+        if wm is not None:
+            for k in [k for k, w in self.open.items() if w["window_start_s"] + self.window_s <= wm]:
                 del self.open[k]
-            self._evicted.update(closed)
-        return BatchResult(rows, late, rejected, wm, self.max_event_s, input_rows)
 
     def to_state(self) -> dict[str, Any]:
-        """Every open window (a snapshot)."""
-        self._changed, self._evicted = set(), set()
-        return {"window_s": self.window_s, **self._counters(), **_as_rows(self.open.values())}
-
-    def to_delta(self) -> dict[str, Any]:
-        """Windows merged into or evicted since the last ``to_state``/``to_delta``: in a live
-        fleet every series touches its current window each batch, but the open windows of the
-        watermark's span are several times more."""
-        changed, self._changed = self._changed, set()
-        evicted, self._evicted = self._evicted, set()
-        touched = [self.open[k] for k in sorted(changed) if k in self.open]
+        """Every open window, as rows under one field list (a dict per window would repeat its
+        ~60 keys), with its key (recomputing keys would cost more than storing them)."""
+        ws = list(self.open.values())
+        fields = sorted(set().union(*ws))
         return {
             "window_s": self.window_s,
-            **self._counters(),
-            **_as_rows(touched),
-            "evicted": sorted(evicted),
-        }
-
-    def _counters(self) -> dict[str, Any]:
-        return {
             "max_event_s": self.max_event_s,
-            "late_total": self.late_total,
-            "dead_letter_total": self.dead_letter_total,
+            "open_keys": list(self.open),
+            "open_fields": fields,
+            "open_rows": [[w.get(f) for f in fields] for w in ws],
         }
 
     def check_compatible(self, state: Mapping[str, Any]) -> None:
@@ -295,29 +286,28 @@ class WindowState:
                 f"config {self.window_s} s; use a new checkpoint to change it"
             )
 
-    def load_state(
-        self, state: Mapping[str, Any], deltas: Iterable[Mapping[str, Any]] = ()
-    ) -> None:
-        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """The state ``to_state`` saved."""
         self.check_compatible(state)
-        self.open = {}
-        for part in (state, *deltas):
-            for k in part.get("evicted", ()):
-                self.open.pop(k, None)
-            if "open" in part:  # written before open windows were saved as rows
-                opened = part["open"]
-            else:
-                fields = part["open_fields"]
-                opened = [dict(zip(fields, row, strict=True)) for row in part["open_rows"]]
-            self.open.update((window_key(w), w) for w in opened)
-            self.max_event_s = part["max_event_s"]
-            self.late_total = part["late_total"]
-            self.dead_letter_total = part["dead_letter_total"]
-        self._changed, self._evicted = set(), set()
+        fields = state["open_fields"]
+        self.open = {
+            k: dict(zip(fields, row, strict=True))
+            for k, row in zip(state["open_keys"], state["open_rows"], strict=True)
+        }
+        self.max_event_s = state["max_event_s"]
 
 
-def _as_rows(windows: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Windows as rows under one field list: a dict per window repeated its ~60 keys."""
-    ws = list(windows)
-    fields = sorted(set().union(*ws))
-    return {"open_fields": fields, "open_rows": [[w.get(f) for f in fields] for w in ws]}
+def _seen(w: Mapping[str, Any], part: Mapping[str, Any]) -> bool:
+    batch = part.get("batch")
+    if batch is None or w.get("_batch") is None:
+        return False
+    return batch < w["_batch"] or (batch == w["_batch"] and part_key(part) in w["_parts"])
+
+
+def _remember(w: dict[str, Any], part: Mapping[str, Any]) -> None:
+    batch = part.get("batch")
+    if batch is None:
+        return
+    if w.get("_batch") != batch:
+        w["_batch"], w["_parts"] = batch, []
+    w["_parts"].append(part_key(part))

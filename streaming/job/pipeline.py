@@ -1,10 +1,20 @@
-"""Where the stream is wired: sources (Kafka or JSON-lines files) -> the shared
-transformations -> sinks. Live job and replay differ only in source, trigger and sinks."""
+"""Where the stream is wired. The job is two queries sharing one checkpoint:
+
+- **ingest** (``aggregates``): events topic -> decode -> partial window rows per series, written
+  from the executors to the partials topic keyed by state bucket, plus a tick per bucket with
+  the fleet's newest event time; rejected records to the dead-letter topic.
+- **state**: partials topic -> Spark's state store, one key per bucket (``buckets``) -> merged
+  windows, detectors, finding lifecycle -> aggregates and findings, written from the executors.
+
+The driver handles counts only, so its work per batch does not grow with the fleet. Replay runs
+the same two steps over JSON-lines files, one after the other, with files in between."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
+import json
 import logging
 import shutil
 import tempfile
@@ -19,24 +29,27 @@ from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
-from streaming.job import parse
-from streaming.job.batch import BatchProcessor, check_checkpoint
+from streaming.job import buckets, parse
+from streaming.job.checkpoint import (
+    INGEST_QUERY,
+    STATE_QUERY,
+    join,
+    last_commit,
+    open_checkpoint,
+)
+from streaming.job.ingest import BatchCounts, CountsParam, Ingest, count_rows
 from streaming.job.session import connector_package
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import (
     CounterParam,
     KafkaSink,
-    MemorySink,
     ProduceErrors,
-    Sink,
     dumps,
+    produce_kinds,
     produce_partition,
 )
-from streaming.job.state_files import StateFiles
-from streaming.job.status import JOB_QUERY, StatusListener
-from streaming.schema.aggregates import Aggregate
+from streaming.job.status import StatusListener
 from streaming.schema.status import JobStatus
-from streaming.schema.times import iso
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,7 +105,67 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
-# ---- sinks ---------------------------------------------------------------------------------
+# ---- the state query's source ---------------------------------------------------------------
+def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFrame:
+    """The partials topic: this checkpoint's rows, as ``bucket``/``value``."""
+    opts = {
+        "kafka.bootstrap.servers": s.bootstrap_servers,
+        "subscribe": s.partials_topic,
+        "startingOffsets": "earliest",
+        "failOnDataLoss": str(s.fail_on_data_loss).lower(),
+    }
+    opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
+    raw = spark.readStream.format("kafka").options(**opts).load()
+    return _by_bucket(
+        raw.select(F.col("key").cast("string"), F.col("value").cast("string")), run_id
+    )
+
+
+def _by_bucket(df: DataFrame, run_id: str) -> DataFrame:
+    prefix = f"{run_id}:"
+    return df.where(F.col("key").startswith(prefix)).select(
+        F.substring_index("key", ":", -1).cast("int").alias("bucket"), "value"
+    )
+
+
+def state_stream(
+    partials: DataFrame, cfg: DetectorConfig, clock: Any, latest_only: bool
+) -> DataFrame:
+    """Partial rows and ticks -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state store."""
+    return partials.groupBy("bucket").transformWithStateInPandas(
+        buckets.make_processor(cfg, clock, latest_only), buckets.OUTPUT_SCHEMA, "Update", "None"
+    )
+
+
+# ---- executor-side writers ---------------------------------------------------------------------
+def produce_partials(
+    topic: str, bootstrap: str, conf: dict[str, str], errors: Any, counts: Any, rows: Any
+) -> None:
+    """``foreachPartition`` body of the ingest query: valid partial rows to the partials topic,
+    every row counted."""
+    c = BatchCounts()
+    produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c))
+    counts.add({"events": dict(c.events), "max_event_s": c.max_event_s})
+
+
+def produce_state(
+    topics: dict[str, str], bootstrap: str, conf: dict[str, str], errors: Any, stats: Any, rows: Any
+) -> None:
+    """``foreachPartition`` body of the state query: aggregates and findings to their topics,
+    the buckets' stats rows counted."""
+    other = produce_kinds(topics, bootstrap, conf, errors, rows)
+    _count_stats(other, stats)
+
+
+def _count_stats(rows: list[Any], stats: Any) -> None:
+    total: dict[str, int] = {}
+    for r in rows:
+        if r.kind == "stats":
+            for k, n in json.loads(r.value).items():
+                total[k] = total.get(k, 0) + n
+    stats.add(total)
+
+
 def kafka_dead_letter_writer(
     s: JobSettings, errors: ProduceErrors
 ) -> Callable[[DataFrame, int], None]:
@@ -106,10 +179,14 @@ def kafka_dead_letter_writer(
             produce_partition, s.deadletter_topic, s.bootstrap_servers, dict(s.producer), counts
         )
         parse.dead_letters(df).select("key", "value").foreachPartition(body)
-        for (topic, error), n in counts.value.items():
-            errors.add(topic, error, n, detail="from the executors")
+        _add_errors(errors, counts.value)
 
     return write
+
+
+def _add_errors(errors: ProduceErrors, counts: dict[tuple[str, str], int]) -> None:
+    for (topic, error), n in counts.items():
+        errors.add(topic, error, n, detail="from the executors")
 
 
 # ---- the live job --------------------------------------------------------------------------
@@ -118,7 +195,7 @@ class RunningJob:
     spark: SparkSession
     queries: list[StreamingQuery]
     listener: StatusListener
-    sinks: list[Sink]
+    sinks: list[KafkaSink]
     temp_dirs: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
@@ -146,69 +223,113 @@ def package_zip(dest_dir: str) -> str:
     return str(out)
 
 
+@dataclass
+class StateTotals:
+    """The state query's counts since the job started."""
+
+    late: int = 0
+    duplicates: int = 0
+
+
 def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) -> RunningJob:
-    """Start the job's query (one read of the events topic) and the status listener.
-    ``available_now``: process what the topic holds, then stop (benchmarks)."""
+    """Start the job's two queries and the status listener. ``available_now``: process what
+    the events topic holds, then stop (benchmarks; the state query then runs until stopped)."""
     temp_dirs: list[str] = []
     checkpoint = s.checkpoint
     if checkpoint is None:  # local mode only (validated): state does not survive a restart
         checkpoint = tempfile.mkdtemp(prefix="connmon-job-ckpt-")
         temp_dirs.append(checkpoint)
         log.warning("no --checkpoint: using %s, removed at exit", checkpoint)
-    Path(checkpoint).mkdir(parents=True, exist_ok=True)
-    check_checkpoint(StateFiles(checkpoint), s.detectors)
+    meta = open_checkpoint(spark, checkpoint, s.detectors.window_s, s.state_buckets)
+    resumed = last_commit(spark, checkpoint, STATE_QUERY)
+    if resumed is not None:
+        log.info("series state resumes after batch %d of the state query (%s)", resumed, checkpoint)
     if not s.local:
         d = tempfile.mkdtemp(prefix="connmon-pyfiles-")
         temp_dirs.append(d)
         spark.sparkContext.addPyFile(package_zip(d))
 
     errors = ProduceErrors()
-    sink = KafkaSink(s.bootstrap_servers, s.producer, errors)
-    status_sink = KafkaSink(s.bootstrap_servers, s.producer, errors)
+    producer = dict(s.producer)
+    tick_sink = KafkaSink(s.bootstrap_servers, producer, errors)
+    status_sink = KafkaSink(s.bootstrap_servers, producer, errors)
+    totals = StateTotals()
+    sc = spark.sparkContext
+
+    def write_partials(df: DataFrame, _batch_id: int) -> BatchCounts:
+        errs = sc.accumulator({}, CounterParam())
+        counts = sc.accumulator(CountsParam().zero({}), CountsParam())
+        df.foreachPartition(
+            functools.partial(
+                produce_partials, s.partials_topic, s.bootstrap_servers, producer, errs, counts
+            )
+        )
+        _add_errors(errors, errs.value)
+        c = BatchCounts()
+        c.events.update(counts.value["events"])
+        c.max_event_s = counts.value["max_event_s"]
+        return c
+
+    def write_ticks(records: list[tuple[str, dict[str, Any]]]) -> None:
+        tick_sink.publish(s.partials_topic, records)
+
+    def write_outputs(df: DataFrame, _batch_id: int) -> None:
+        errs = sc.accumulator({}, CounterParam())
+        stats = sc.accumulator({}, CounterParam())
+        topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
+        df.foreachPartition(
+            functools.partial(produce_state, topics, s.bootstrap_servers, producer, errs, stats)
+        )
+        _add_errors(errors, errs.value)
+        totals.late += stats.value.get("late", 0)
+        totals.duplicates += stats.value.get("duplicates", 0)
+
+    ingest = Ingest(
+        s.detectors,
+        meta.run_id,
+        meta.state_buckets,
+        write_partials,
+        write_ticks,
+        kafka_dead_letter_writer(s, errors),
+        max_age_s=s.max_event_age_s,
+        max_future_s=s.max_event_future_s,
+    )
 
     def publish_status(st: JobStatus) -> None:
         st.produce_errors = errors.totals()
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
 
-    processor = BatchProcessor(
-        s.detectors,
-        sink,
-        s.aggregates_topic,
-        s.findings_topic,
-        StateFiles(checkpoint),
-        clock=lambda _agg: iso(_now()),  # type: ignore[arg-type,return-value]
-        write_dead_letters=kafka_dead_letter_writer(s, errors),
-        max_age_s=s.max_event_age_s,
-        max_future_s=s.max_event_future_s,
-    )
-    listener = StatusListener(s.job_id, publish_status, lambda: processor.stats)
+    def stats() -> Any:
+        st = ingest.stats
+        return None if st is None else dataclasses.replace(st, late_events_total=totals.late)
+
+    listener = StatusListener(s.job_id, publish_status, stats)
     spark.streams.addListener(listener)
-    trigger: dict[str, Any] = (
-        {"availableNow": True}
-        if available_now
-        else {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
-    )
-    writer = (
+    trigger: dict[str, Any] = {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
+    ingest_writer = (
         kafka_source(spark, s)
-        .writeStream.queryName(JOB_QUERY)
-        .foreachBatch(processor)
-        .option("checkpointLocation", str(Path(checkpoint) / JOB_QUERY))
+        .writeStream.queryName(INGEST_QUERY)
+        .foreachBatch(ingest)
+        .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
+        .trigger(**({"availableNow": True} if available_now else trigger))
+    )
+    state_writer = (
+        state_stream(partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, True)
+        .writeStream.queryName(STATE_QUERY)
+        .outputMode("update")
+        .foreachBatch(write_outputs)
+        .option("checkpointLocation", join(checkpoint, STATE_QUERY))
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
-    job = RunningJob(spark, queries, listener, [sink, status_sink], temp_dirs)
+    job = RunningJob(spark, queries, listener, [tick_sink, status_sink], temp_dirs)
     try:
-        queries.append(writer.start())
+        queries.append(state_writer.start())
+        queries.append(ingest_writer.start())
     except BaseException:
         job.stop()
         raise
     return job
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 # ---- replay --------------------------------------------------------------------------------
@@ -219,59 +340,96 @@ class ReplayResult:
     dead_letters: list[dict[str, Any]]
 
 
+REPLAY_RUN = "replay"
+
+
 def replay(
     spark: SparkSession,
     events: str,
     cfg: DetectorConfig,
     max_age_s: float | None = None,
     max_future_s: float | None = None,
+    state_buckets: int = 16,
 ) -> ReplayResult:
-    """The live job's transformations over JSON-lines files, run to the end (available-now).
-    Deterministic: records about a window are stamped with its end, not the wall clock."""
-    import json
-
+    """The live job's two steps over JSON-lines files, each run to the end (available-now),
+    with files in between. Deterministic: records about a window are stamped with its end, not
+    the wall clock, and come out in event-time order."""
     work = tempfile.mkdtemp(prefix="connmon-replay-")
     try:
         dead: list[dict[str, Any]] = []
+        folder = Path(work) / "partials"
+        folder.mkdir()
 
         def keep_dead(df: DataFrame, _batch_id: int) -> None:
             rows = parse.dead_letters(df).select("value").collect()
             dead.extend(json.loads(r.value) for r in rows)
 
-        sink = MemorySink()
-        processor = BatchProcessor(
+        def write_partials(df: DataFrame, batch_id: int) -> BatchCounts:
+            c = BatchCounts()
+            rows = list(count_rows(df.collect(), c))
+            _write_lines(folder / f"{batch_id:08d}.txt", [(r.key, r.value) for r in rows])
+            return c
+
+        def write_ticks(records: list[tuple[str, dict[str, Any]]]) -> None:
+            path = folder / f"{len(list(folder.iterdir())):08d}-ticks.txt"
+            _write_lines(path, [(k, dumps(v)) for k, v in records])
+
+        ingest = Ingest(
             cfg,
-            sink,
-            "aggregates",
-            "findings",
-            StateFiles(work),
-            clock=_window_end,
-            write_dead_letters=keep_dead,
-            max_age_s=max_age_s,
-            max_future_s=max_future_s,
-            latest_only=False,
+            REPLAY_RUN,
+            state_buckets,
+            write_partials,
+            write_ticks,
+            keep_dead,
+            max_age_s,
+            max_future_s,
         )
-        q = (
-            file_source(spark, events)
-            .writeStream.foreachBatch(processor)
-            .option("checkpointLocation", f"{work}/{JOB_QUERY}")
-            .trigger(availableNow=True)
-            .start()
+        _run_to_end(
+            file_source(spark, events).writeStream.foreachBatch(ingest),
+            f"{work}/{INGEST_QUERY}",
         )
-        q.awaitTermination()
-        if q.exception() is not None:
-            raise RuntimeError(f"replay query failed: {q.exception()}")
+        out: list[Any] = []
+
+        def collect(df: DataFrame, _batch_id: int) -> None:
+            out.extend(df.collect())
+
+        lines = spark.readStream.format("text").load(str(folder))
+        split = lines.select(
+            F.substring_index("value", "\t", 1).alias("key"),
+            F.expr("substring(value, instr(value, '\t') + 1)").alias("value"),
+        )
+        _run_to_end(
+            state_stream(_by_bucket(split, REPLAY_RUN), cfg, buckets.window_end_clock, False)
+            .writeStream.outputMode("update")
+            .foreachBatch(collect),
+            f"{work}/{STATE_QUERY}",
+        )
+        by_kind: dict[str, list[dict[str, Any]]] = {"aggregates": [], "findings": []}
+        for r in out:
+            if r.kind in by_kind:
+                by_kind[r.kind].append(json.loads(r.value))
         return ReplayResult(
-            findings=[v for _, v in sink.records.get("findings", [])],
-            aggregates=[v for _, v in sink.records.get("aggregates", [])],
+            findings=sorted(by_kind["findings"], key=lambda f: f["updated_at"]),
+            aggregates=sorted(by_kind["aggregates"], key=lambda a: a["window_end"]),
             dead_letters=sorted(dead, key=lambda d: (d["topic"] or "", dumps(d))),
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _window_end(agg: Aggregate) -> str:
-    return agg.window_end
+def _write_lines(path: Path, records: list[tuple[str, str]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for key, value in records:
+            f.write(f"{key}\t{value}\n")
+    tmp.rename(path)
+
+
+def _run_to_end(writer: Any, checkpoint: str) -> None:
+    q = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"replay query failed: {q.exception()}")
 
 
 def write_jsonl(

@@ -27,6 +27,12 @@ JOB_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     # pandas UDFs (the decoder's slow path) with pyarrow >= 2 want this on every executor
     "spark.executorEnv.PYARROW_IGNORE_TIMEZONE": "1",
+    # The series' state: RocksDB on the executors, each batch's changes logged to the
+    # checkpoint instead of a full snapshot per batch.
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
 # One machine: few partitions, no UI, loopback only, a small driver.
 LOCAL_CONF: dict[str, str] = {

@@ -35,6 +35,8 @@ class JobSettings:
     findings_topic: str = "connmon.findings"
     deadletter_topic: str = "connmon.deadletter"
     status_topic: str = "connmon.job-status"
+    # Internal: partial window rows from the ingest query to the state query, keyed by bucket.
+    partials_topic: str = "connmon.partials"
     job_id: str = "connmon-job"
     master: str = "local[*]"
     checkpoint: str | None = None
@@ -45,6 +47,8 @@ class JobSettings:
     max_event_age_s: float | None = 86400.0
     max_event_future_s: float | None = 300.0
     shuffle_partitions: int = 4
+    # Series are spread over this many state buckets; fixed for the life of a checkpoint.
+    state_buckets: int = 256
     kafka: dict[str, str] = field(default_factory=dict)
     producer: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -62,7 +66,13 @@ class JobSettings:
         """Check every setting; raise ConfigError naming the first wrong one."""
         if not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap-servers: empty")
-        for name in ("events_topic", "aggregates_topic", "findings_topic", "deadletter_topic"):
+        for name in (
+            "events_topic",
+            "aggregates_topic",
+            "findings_topic",
+            "deadletter_topic",
+            "partials_topic",
+        ):
             if not getattr(self, name):
                 raise ConfigError(f"{name.replace('_', '-')}: empty topic name")
         if self.trigger_s <= 0:
@@ -84,6 +94,8 @@ class JobSettings:
             )
         if self.shuffle_partitions < 1:
             raise ConfigError("shuffle-partitions: must be at least 1")
+        if not 1 <= self.state_buckets <= 1_000_000:
+            raise ConfigError("state-buckets: must be between 1 and 1000000")
         for name in ("max_event_age_s", "max_event_future_s"):
             v = getattr(self, name)
             if v is not None and v <= 0:
@@ -203,6 +215,10 @@ def _coerce(s: JobSettings) -> None:
                 if v.lower() in ("none", "null", "off")
                 else parse_duration(name.replace("_", "-"), v),
             )
-    s.shuffle_partitions = int(s.shuffle_partitions)
+    for name in ("shuffle_partitions", "state_buckets"):
+        try:
+            setattr(s, name, int(getattr(s, name)))
+        except ValueError:
+            raise ConfigError(f"{name.replace('_', '-')}: not an integer") from None
     s.trigger = str(s.trigger)
     parse_duration("trigger", s.trigger)

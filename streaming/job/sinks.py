@@ -110,6 +110,34 @@ def produce_partition(
         sink.close()
 
 
+def produce_kinds(
+    topics: Mapping[str, str],
+    bootstrap: str,
+    conf: Mapping[str, str],
+    counts: Any,
+    rows: Iterable[Any],
+) -> list[Any]:
+    """``foreachPartition`` body for rows of ``kind``/``key``/``value``: each kind in
+    ``topics`` written to its topic, in that order (aggregates before the findings about them);
+    the rows of other kinds are returned."""
+    by_kind: dict[str, list[tuple[bytes | None, bytes]]] = {k: [] for k in topics}
+    other = []
+    for r in rows:
+        if r.kind in by_kind:
+            by_kind[r.kind].append((None if r.key is None else r.key.encode(), r.value.encode()))
+        else:
+            other.append(r)
+    sink = KafkaSink(bootstrap, conf)
+    try:
+        for kind, topic in topics.items():
+            if by_kind[kind]:
+                sink.produce(topic, by_kind[kind])
+    finally:
+        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
+        sink.close()
+    return other
+
+
 class KafkaSink:
     """An idempotent confluent-kafka producer in the driver; ``publish`` returns once every
     record is acknowledged and raises SinkError otherwise."""

@@ -1,6 +1,6 @@
 """Job status: a StreamingQueryListener in the driver publishes one ``connmon.job-status``
-record per micro-batch: Spark's progress (rates, duration) plus the batch processor's event
-time, watermark and cumulative dead-letter and late-event counts (checkpointed with its state)."""
+record per micro-batch of the ingest query: Spark's progress (rates, duration) plus the fleet's
+event time, the watermark and the dead-letter and late-event counts since the job started."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streaming.job.batch import BatchStats
+from streaming.job.checkpoint import INGEST_QUERY, STATE_QUERY
+from streaming.job.ingest import BatchStats
 from streaming.schema.status import JobStatus
 from streaming.schema.times import epoch, iso
 
 log = logging.getLogger(__name__)
 
-JOB_QUERY = "aggregates"  # the job's one query: its name in status records and the checkpoint
+JOB_QUERY = INGEST_QUERY  # the query status records speak of: the one reading the events
 
 
 def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobStatus:
@@ -52,7 +53,8 @@ def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobSt
 
 
 class StatusListener(StreamingQueryListener):
-    """Publishes a JobStatus per progress event of the job's query."""
+    """Publishes a JobStatus per progress event of the ingest query, and again with fresh
+    counts after each batch of the state query (late events and produce errors happen there)."""
 
     def __init__(
         self,
@@ -63,15 +65,19 @@ class StatusListener(StreamingQueryListener):
         self.job_id = job_id
         self.publish = publish
         self.stats = stats
+        self._ingest: dict[str, Any] | None = None  # the ingest query's newest progress
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
         pass
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        if event.progress.name != JOB_QUERY:
+        p = event.progress
+        if p.name == JOB_QUERY:
+            self._ingest = json.loads(p.json)
+        elif p.name != STATE_QUERY or self._ingest is None:
             return
         try:
-            self.publish(status_from_progress(event.progress, self.job_id, self.stats()))
+            self.publish(status_from_progress(self._ingest, self.job_id, self.stats()))
         except Exception:  # a status record must never stop the job
             log.exception("could not publish job status")
 

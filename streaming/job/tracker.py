@@ -1,5 +1,6 @@
 """Finding lifecycle across windows: which findings fire, which resolve, which aggregates to
-publish. Pure Python; its whole state is a JSON document that the job checkpoints per batch.
+publish. Pure Python; the job keeps one ``Tracker`` per state bucket (``buckets``), its state a
+JSON-able document in Spark's state store.
 
 Rules:
 - A series' newest window is evaluated by every detector (with its earlier windows as history);
@@ -12,11 +13,9 @@ Rules:
 
 Only firing findings are remembered: a resolved one behaves exactly like none.
 
-Work per batch grows with the series the batch touches, not with all series held (tens of
-thousands on a large fleet): expiry goes through heaps ordered by a series' newest window end,
-and a series' old windows are pruned when it is next touched or when it expires, which leaves
-every detector the same history a prune of all series each batch would. The state is saved as
-a snapshot plus per-batch deltas of what changed (``to_delta``/``load_state``).
+Expiry goes through heaps ordered by a series' newest window end, and a series' old windows are
+pruned when it is next touched or when it expires, which leaves every detector the same history
+a prune of all series each batch would.
 """
 
 from __future__ import annotations
@@ -71,14 +70,10 @@ class Tracker:
         self._stale_heap: list[tuple[float, str]] = []
         self._stale_end: dict[str, float] = {}  # series -> end of its live stale-heap entry
         self._expire_heap: list[tuple[float, str]] = []
-        self._changed: set[str] = set()  # series changed since the last saved state
-        self._changed_findings: set[str] = set()
 
     # ---- state --------------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
         """JSON-ready state. History keeps only what detectors read from earlier windows."""
-        self._changed.clear()
-        self._changed_findings.clear()
         return {
             "history_fields": list(HISTORY_FIELDS),
             "history": {s: _rows(ws) for s, ws in self.history.items()},
@@ -87,60 +82,33 @@ class Tracker:
             "max_window_end": self.max_window_end,
         }
 
-    def to_delta(self) -> dict[str, Any]:
-        """What changed since the last ``to_state``/``to_delta``; a value of None removes."""
-        changed, self._changed = self._changed, set()
-        keys, self._changed_findings = self._changed_findings, set()
-        history: dict[str, Any] = {}
-        held: dict[str, Any] = {}
-        for s in changed:
-            ws = self.history.get(s)
-            history[s] = _rows(ws) if ws else None
-            held[s] = self.held.get(s)
-        findings = {k: (f.to_dict() if (f := self.findings.get(k)) else None) for k in keys}
-        return {
-            "history_fields": list(HISTORY_FIELDS),
-            "history": history,
-            "held": held,
-            "findings": findings,
-            "max_window_end": self.max_window_end,
+    def load_state(self, state: dict[str, Any]) -> None:
+        """The state ``to_state`` saved."""
+        names = state["history_fields"]
+        self.history = {
+            s: [Aggregate(**dict(zip(names, row, strict=True))) for row in rows]
+            for s, rows in state["history"].items()
         }
-
-    def load_state(self, state: dict[str, Any], deltas: Iterable[dict[str, Any]] = ()) -> None:
-        """A snapshot from ``to_state`` followed by the deltas saved after it, in order."""
-        self.history, self.held, self.findings = {}, {}, {}
-        for part in (state, *deltas):
-            names = part["history_fields"]
-            for s, rows in part["history"].items():
-                if rows is None:
-                    self.history.pop(s, None)
-                else:
-                    self.history[s] = [
-                        Aggregate(**dict(zip(names, row, strict=True))) for row in rows
-                    ]
-            for s, held in part["held"].items():
-                if held is None:
-                    self.held.pop(s, None)
-                else:
-                    self.held[s] = held
-            for k, f in part["findings"].items():
-                if f is None or f["status"] != "firing":  # older states kept resolved ones
-                    self.findings.pop(k, None)
-                else:
-                    self.findings[k] = Finding.from_dict(f)
-            self.max_window_end = part["max_window_end"]
+        self.held = state["held"]
+        self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
+        self.max_window_end = state["max_window_end"]
         self._stale_end = {s: _epoch(ws[-1].window_end) for s, ws in self.history.items()}
         self._stale_heap = [(end, s) for s, end in self._stale_end.items()]
         heapq.heapify(self._stale_heap)
         self._expire_heap = []
-        self._changed.clear()
-        self._changed_findings.clear()
 
     # ---- processing ---------------------------------------------------------------------
     def process(
-        self, aggregates: Iterable[Aggregate], host_rates: dict[tuple[str, str], float]
+        self,
+        aggregates: Iterable[Aggregate],
+        host_rates: dict[tuple[str, str], float],
+        fleet_end: str | None = None,
     ) -> Output:
-        """One batch of updated windows -> aggregates and findings to publish, in order."""
+        """One batch of updated windows -> aggregates and findings to publish, in order.
+        ``fleet_end``: end of the window of the fleet's newest event, so series that went
+        quiet resolve and expire even when no series this tracker holds moved on."""
+        if fleet_end is not None and (self.max_window_end or "") < fleet_end:
+            self.max_window_end = fleet_end
         batch = list(aggregates) + self._host_series(host_rates)
         out = Output([], [])
         horizon = self._horizon()  # as the previous batch left it
@@ -157,7 +125,6 @@ class Tracker:
             if self._stale_end.get(series) != end:
                 self._stale_end[series] = end
                 heapq.heappush(self._stale_heap, (end, series))
-        self._changed |= touched
         self._resolve_stale(out)
         horizon = self._horizon()
         for series in touched:
@@ -212,7 +179,6 @@ class Tracker:
                 if last is None or _changed(last, f):
                     f.updated_at = self.clock(agg)
                     self.findings[key] = f
-                    self._changed_findings.add(key)
                     out.findings.append(f)
             elif last is not None and kind not in previous:
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
@@ -245,7 +211,6 @@ class Tracker:
         )
         resolved.updated_at = self.clock(agg) if agg is not None else end
         del self.findings[key]
-        self._changed_findings.add(key)
         out.findings.append(resolved)
 
     def _horizon(self) -> float | None:
@@ -297,7 +262,6 @@ class Tracker:
         ] + [w for w in ws[-2:] if _epoch(w.window_end) >= horizon]
         if len(keep) == len(ws):
             return
-        self._changed.add(series)
         if keep:
             self.history[series] = keep
             starts = {w.window_start for w in keep}

@@ -26,6 +26,7 @@ from streaming.stack.prometheus import PrometheusServer
 
 EVENTS, AGGREGATES, FINDINGS = "connmon.events", "connmon.aggregates", "connmon.findings"
 DEADLETTER, JOB_STATUS = "connmon.deadletter", "connmon.job-status"
+PARTIALS = "connmon.partials"
 # connmon's own topics live on this cluster of the session.
 HOME_CLUSTER = "main"
 # Compressed like the scenarios: the agent scans every second and summarises every 5 s.
@@ -186,7 +187,7 @@ class Components:
     def start(self, clusters: Mapping[str, KafkaCluster], apps: Iterable[str] = ()) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.home = clusters[HOME_CLUSTER].bootstrap_servers
-        create_topics(self.home, {EVENTS: 3, DEADLETTER: 1})
+        create_topics(self.home, {EVENTS: 3, DEADLETTER: 1, PARTIALS: 3})
         create_topics(
             self.home, {AGGREGATES: 3, FINDINGS: 3, JOB_STATUS: 1}, {"cleanup.policy": "compact"}
         )

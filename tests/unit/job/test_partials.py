@@ -1,5 +1,5 @@
-"""Merging per-batch partial window rows: statistics, watermark, late and rejected counts, and
-the batch processor's restart behaviour (no Spark: partial rows are written by hand)."""
+"""Merging per-batch partial window rows: statistics, watermark, late counts, batches written
+twice (no Spark: partial rows are written by hand)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,7 @@ import json
 
 import pytest
 
-from streaming.detectors.config import DetectorConfig
-from streaming.errors import ConfigError
-from streaming.job.batch import BatchProcessor, check_checkpoint
 from streaming.job.partials import SERIES, WindowState, flat_col, merge, new_window
-from streaming.job.sinks import MemorySink
-from streaming.job.state_files import StateFiles
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
 
@@ -84,7 +79,7 @@ def test_events_of_a_closed_window_are_late_and_counted():
         ]
     )
     assert second.watermark_s == T0 + 530
-    assert second.late == 7 and ws.late_total == 7
+    assert second.late == 7
     assert [r["window_start_s"] for r in second.rows] == [T0 + 480]
 
 
@@ -94,14 +89,6 @@ def test_windows_closed_by_the_new_watermark_are_evicted():
     assert len(ws.open) == 2
     ws.apply([part(T0 + 240, last_event_s=T0 + 250)])  # watermark T0 + 130
     assert sorted(w["window_start_s"] for w in ws.open.values()) == [T0 + 240]
-
-
-def test_rejected_rows_are_counted_by_reason_and_never_become_windows():
-    ws = WindowState(60.0, 120.0)
-    bad = {**{k: None for k in part()}, "reason": "malformed_json", "events": 3}
-    result = ws.apply([bad, {**bad, "reason": "invalid_value", "events": 1}, part()])
-    assert result.rejected == {"malformed_json": 3, "invalid_value": 1}
-    assert ws.dead_letter_total == 4 and len(result.rows) == 1
 
 
 def test_state_round_trips_through_json():
@@ -128,105 +115,50 @@ def _batches() -> list[list[dict]]:
     return out
 
 
-def test_restored_from_a_snapshot_and_deltas_the_windows_behave_as_if_never_stopped():
+def test_restored_before_every_batch_the_windows_behave_as_if_never_stopped():
     steady = WindowState(60.0, 120.0)
     expected, opened = [], [{}]
     for b in _batches():
         expected.append(steady.apply(b))
         opened.append(copy.deepcopy(steady.open))
     assert sum(r.late for r in expected) > 0
-    snapshot, deltas = None, []
+    state = None
     for i, b in enumerate(_batches()):
         ws = WindowState(60.0, 120.0)  # a restart before every batch
-        if snapshot is not None:
-            ws.load_state(snapshot, deltas)
+        if state is not None:
+            ws.load_state(state)
         assert ws.open == opened[i], f"restored before batch {i}"
         assert ws.apply(b) == expected[i], f"batch {i}"
-        if i % 10 == 0:
-            snapshot, deltas = json.loads(json.dumps(ws.to_state())), []
-        else:
-            deltas.append(json.loads(json.dumps(ws.to_delta())))
-    assert (ws.late_total, ws.max_event_s) == (steady.late_total, steady.max_event_s)
-    assert ws.open == steady.open
+        state = json.loads(json.dumps(ws.to_state()))
+    assert ws.max_event_s == steady.max_event_s and ws.open == steady.open
 
 
-def test_a_delta_holds_the_windows_a_batch_touched_and_the_evicted_keys():
+def test_a_batch_written_twice_is_merged_once():
+    first = [part(T0, batch=3, events=2), part(T0, batch=3, events=5, broker_endpoint="b:9092")]
+    once, twice = WindowState(60.0, 120.0), WindowState(60.0, 120.0)
+    once.apply(first)
+    twice.apply(first[:1])  # a crash after the first row was written: the batch runs again
+    again = twice.apply(first)
+    assert again.duplicates == 1
+    assert twice.open == once.open
+    (row,) = twice.apply([part(T0, batch=4, events=1)]).rows  # the next batch counts again
+    assert row["events"] == 8
+    assert twice.apply([part(T0, batch=3, events=9)]).duplicates == 1  # older: never again
+
+
+def test_the_fleets_event_time_closes_windows_of_quiet_series():
     ws = WindowState(60.0, 120.0)
-    ws.apply([part(T0, host=f"app-{h}") for h in range(5)])
-    ws.to_state()
-    ws.apply([part(T0, host="app-1", events=2)])
-    delta = ws.to_delta()
-    assert [row[delta["open_fields"].index("host")] for row in delta["open_rows"]] == ["app-1"]
-    assert delta["evicted"] == []
-    ws.apply([part(T0 + 600, host="app-1", last_event_s=T0 + 601)])  # closes minute 0
-    delta = ws.to_delta()
-    assert len(delta["evicted"]) == 5 and len(delta["open_rows"]) == 1
+    ws.apply([part(T0)])
+    ws.advance(T0 + 200)  # another series' events, seen through a tick
+    ws.evict()
+    assert ws.open == {} and ws.watermark() == T0 + 80
+    assert ws.apply([part(T0, events=4)]).late == 4
 
 
 def test_a_checkpoint_with_other_windows_is_refused_by_setting_name():
     state = WindowState(60.0, 120.0).to_state()
     with pytest.raises(ValueError, match="detectors.window_s"):
         WindowState(30.0, 120.0).load_state(state)
-
-
-def _processor(tmp_path, sink: MemorySink) -> BatchProcessor:
-    return BatchProcessor(
-        DetectorConfig(),
-        sink,
-        "aggregates",
-        "findings",
-        StateFiles(tmp_path),
-        clock=lambda a: a.window_end,
-        write_dead_letters=lambda df, batch: None,
-    )
-
-
-def test_a_batch_re_run_after_a_crash_publishes_the_same_and_counts_once(tmp_path):
-    batches = [
-        [part(T0, **cw(T0 + 10, 2, 200.0))],
-        [part(T0 + 60, **cw(T0 + 70, 3, 260.0)), part(T0 - 600, events=4)],  # 4 late
-        [part(T0 + 120, **cw(T0 + 130, 4, 320.0))],
-    ]
-    uninterrupted = MemorySink()
-    p = _processor(tmp_path / "a", uninterrupted)
-    for i, rows in enumerate(batches):
-        p.process_partials(rows, i)
-    # crash after batch 1 was processed but before Spark committed it: it runs again
-    crashed = MemorySink()
-    q = _processor(tmp_path / "b", crashed)
-    q.process_partials(batches[0], 0)
-    q.process_partials(batches[1], 1)
-    restarted = _processor(tmp_path / "b", crashed)
-    for i in (1, 2):
-        restarted.process_partials(batches[i], i)
-    assert restarted.stats == p.stats and p.stats.late_events_total == 4
-    assert dict(crashed.records["findings"]) == dict(uninterrupted.records["findings"])
-    assert any(v["kind"] == "close_wait_buildup" for _, v in uninterrupted.records["findings"])
-
-
-def test_a_checkpoint_with_other_windows_fails_at_start_naming_the_setting(tmp_path):
-    p = _processor(tmp_path, MemorySink())
-    p.process_partials([part()], 0)
-    check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # same config: fine
-    with pytest.raises(ConfigError, match=r"^detectors.window_s: the checkpoint has 60"):
-        check_checkpoint(StateFiles(tmp_path), DetectorConfig().replace(window_s=30.0))
-    StateFiles(tmp_path).save(1, {"history": {}}, snapshot=True)  # no window state in it
-    with pytest.raises(ConfigError, match=r"^checkpoint: .* older job layout"):
-        check_checkpoint(StateFiles(tmp_path), DetectorConfig())
-
-
-def test_a_lost_state_file_starts_a_new_snapshot_instead_of_a_broken_chain(tmp_path):
-    p = _processor(tmp_path, MemorySink())
-    p.process_partials([part(T0, host=f"app-{h}") for h in range(30)], 0)  # a big snapshot
-    for i in (1, 2):  # small deltas
-        p.process_partials([part(T0 + 60 * i, **cw(T0 + 60 * i + 5, 2, 100.0))], i)
-    (StateFiles(tmp_path).dir / "2.delta.json").unlink()  # lost in a power cut, say
-    restarted = _processor(tmp_path, MemorySink())
-    restarted.process_partials([part(T0 + 180)], 3)  # restored from batch 1
-    restarted.process_partials([part(T0 + 240)], 4)
-    names = sorted(f.name for f in StateFiles(tmp_path).dir.iterdir())
-    assert names == ["3.json", "4.delta.json"]
-    check_checkpoint(StateFiles(tmp_path), DetectorConfig())  # the next start is fine
 
 
 def test_a_new_window_is_the_generic_merge_into_an_empty_window():

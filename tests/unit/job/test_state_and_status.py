@@ -1,62 +1,12 @@
-"""Checkpointed detector state files and job-status records from Spark progress JSON."""
+"""Job-status records from Spark progress JSON."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from streaming.job.batch import BatchStats
-from streaming.job.state_files import StateFiles
-from streaming.job.status import status_from_progress
+from streaming.job.ingest import BatchStats
+from streaming.job.status import StatusListener, status_from_progress
 from streaming.schema.times import epoch
-
-
-def test_state_files_load_a_snapshot_and_the_deltas_after_it(tmp_path):
-    sf = StateFiles(tmp_path)
-    assert sf.load_before(0) is None and sf.wants_snapshot(0)
-    sf.save(0, {"batch": 0, "pad": "x" * 100}, snapshot=True)
-    for i in (1, 2, 3):
-        assert not sf.wants_snapshot(i)  # the deltas so far are smaller than the snapshot
-        sf.save(i, {"batch": i}, snapshot=False)
-    saved = sf.load_before(3)
-    assert (saved.batch_id, saved.snapshot["batch"]) == (2, 0)
-    assert [d["batch"] for d in saved.deltas] == [1, 2] and saved.deltas[-1] == {"batch": 2}
-    assert sf.load_before(100).deltas[-1] == {"batch": 3}
-
-
-def test_state_files_snapshot_again_once_the_deltas_outgrow_the_snapshot(tmp_path):
-    sf = StateFiles(tmp_path)
-    sf.save(0, {"n": 0}, snapshot=True)
-    batch = 1
-    while not sf.wants_snapshot(batch):
-        sf.save(batch, {"n": batch}, snapshot=False)
-        batch += 1
-    snapshot_bytes = (sf.dir / "0.json").stat().st_size
-    delta_bytes = sum(p.stat().st_size for p in sf.dir.glob("*.delta.json"))
-    assert delta_bytes >= snapshot_bytes > delta_bytes - (sf.dir / "1.delta.json").stat().st_size
-    assert StateFiles(tmp_path, max_deltas=2).wants_snapshot(3)
-
-
-def test_state_files_keep_what_a_re_run_of_the_newest_batch_needs(tmp_path):
-    sf = StateFiles(tmp_path)
-    kinds = [True, False, False, True, False, True]  # snapshots at 0, 3 and 5
-    for i, snap in enumerate(kinds):
-        sf.save(i, {"batch": i}, snapshot=snap)
-    # batch 5 may still be re-run: it needs snapshot 3 and delta 4; 0-2 are gone
-    assert sorted(p.name for p in sf.dir.iterdir()) == ["3.json", "4.delta.json", "5.json"]
-    assert sf.load_before(5).deltas[-1] == {"batch": 4}
-    sf.save(5, {"batch": "5 again"}, snapshot=False)  # the re-run writes a delta this time
-    assert sorted(p.name for p in sf.dir.iterdir()) == ["3.json", "4.delta.json", "5.delta.json"]
-    assert sf.load_before(6).deltas[-1] == {"batch": "5 again"}
-
-
-def test_state_files_refuse_a_chain_with_a_hole(tmp_path):
-    sf = StateFiles(tmp_path)
-    sf.save(0, {}, snapshot=True)
-    sf.save(1, {}, snapshot=False)
-    sf.save(2, {}, snapshot=False)
-    (sf.dir / "1.delta.json").unlink()
-    with pytest.raises(ValueError, match="misses the state of batch 1"):
-        sf.load_before(3)
 
 
 def _progress(batch: int, name: str = "aggregates") -> dict:
@@ -118,3 +68,27 @@ def test_status_before_the_first_batch_has_no_watermark():
     st = status_from_progress(_progress(0), "j", None)
     assert (st.watermark, st.watermark_delay_s, st.last_event_time) == (None, None, None)
     assert (st.dead_letter_total, st.late_events_total) == (0, 0)
+
+
+class _Event:
+    def __init__(self, progress: dict) -> None:
+        self.progress = type("P", (), {"name": progress["name"], "json": json.dumps(progress)})
+
+
+def test_the_state_querys_batches_republish_the_status_with_fresh_counts():
+    published = []
+    late = {"n": 0}
+
+    def stats():
+        return BatchStats(42, None, None, 0, late["n"], input_rows=2400)
+
+    listener = StatusListener("j", published.append, stats)
+    listener.onQueryProgress(_Event(_progress(7, name="state")))  # before any ingest batch
+    assert published == []
+    listener.onQueryProgress(_Event(_progress(42)))
+    late["n"] = 5  # the state query found late events
+    listener.onQueryProgress(_Event(_progress(8, name="state")))
+    assert [(s.query, s.batch_id, s.late_events_total) for s in published] == [
+        ("aggregates", 42, 0),
+        ("aggregates", 42, 5),
+    ]

@@ -149,21 +149,27 @@ def _copy(batch: list[Aggregate]) -> list[Aggregate]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_restored_from_a_snapshot_and_deltas_it_behaves_as_if_never_stopped(seed):
+def test_restored_from_its_saved_state_it_behaves_as_if_never_stopped(seed):
     batches = _workload(seed)
     steady = tracker()
     expected = [steady.process(_copy(b), {}) for b in batches]
     assert sum(len(o.findings) for o in expected) > 50  # the workload exercises the detectors
-    snapshot, deltas = None, []
+    state = None
     for i, b in enumerate(batches):
         t = tracker()  # a restart before every batch
-        if snapshot is not None:
-            t.load_state(snapshot, deltas)
+        if state is not None:
+            t.load_state(state)
         assert t.process(_copy(b), {}) == expected[i], f"batch {i}"
-        if i % 7 == 0:
-            snapshot, deltas = json.loads(json.dumps(t.to_state())), []
-        else:
-            deltas.append(json.loads(json.dumps(t.to_delta())))
+        state = json.loads(json.dumps(t.to_state()))
+
+
+def test_a_quiet_tracker_resolves_and_forgets_on_the_fleets_event_time():
+    t = tracker()
+    assert statuses(t.process([leak(0)], {})) == [("close_wait_buildup", "firing", "05:00")]
+    out = t.process([], {}, fleet_end="2026-11-21T05:12:00.000Z")  # other series moved on
+    assert statuses(out) == [("close_wait_buildup", "resolved", "05:00")]
+    t.process([], {}, fleet_end="2026-11-21T06:00:00.000Z")
+    assert (t.history, t.findings) == ({}, {})
 
 
 @pytest.mark.parametrize("seed", [4, 5])

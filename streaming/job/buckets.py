@@ -1,0 +1,184 @@
+"""The job's per-series state, split into buckets that Spark's state store keeps and its
+executors process in parallel.
+
+A series belongs to bucket ``hash(series) mod buckets`` (``bucket_column``). A bucket's state is
+the open windows (``partials.WindowState``), the detectors' history and the firing findings
+(``tracker.Tracker``) of its series: one value in the state store, read and written once per
+batch that touches the bucket. Spark calls a Python stateful processor once per key and batch,
+at a few milliseconds each, so a key per series would not keep up with a fleet; a bucket of
+series amortises that call.
+
+A bucket's input for one ingest batch is its partial rows plus a *tick*: the fleet's newest
+event time so far. The tick reaches every bucket each batch, so windows close and findings of
+quiet series resolve on the fleet's event time, as if one process held every series.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from streaming.detectors.config import DetectorConfig
+from streaming.job.partials import SERIES, WindowState
+from streaming.job.records import to_aggregates
+from streaming.job.sinks import dumps
+from streaming.job.tracker import Tracker
+from streaming.schema.aggregates import Aggregate
+from streaming.schema.times import iso
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import Column
+
+TICK = "tick"  # a record that carries the fleet's newest event time, not a partial row
+# What the stateful operator emits: records for the aggregates and findings topics, and one
+# ``stats`` row per bucket and batch.
+OUTPUT_SCHEMA = "kind string, key string, value string"
+STATE_SCHEMA = "state binary"
+
+
+def bucket_column(buckets: int) -> Column:
+    """The bucket of a partial row's series (Spark's xxhash64 of the series fields)."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(*[F.col(k) for k in SERIES]), F.lit(buckets)).cast("int")
+
+
+def wall_clock(_agg: Aggregate) -> str:
+    """``updated_at`` of the live job: now."""
+    return iso(time.time())
+
+
+def window_end_clock(agg: Aggregate) -> str:
+    """``updated_at`` of a replay: the window's end, so a replay is deterministic."""
+    return agg.window_end
+
+
+@dataclass
+class Emitted:
+    """What one bucket publishes for a call: in order, aggregates then findings."""
+
+    aggregates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    findings: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    late: int = 0  # events whose window had closed
+    duplicates: int = 0  # partial rows written twice (an ingest batch re-run after a crash)
+
+
+class Bucket:
+    """The windows, history and firing findings of one bucket's series."""
+
+    def __init__(self, cfg: DetectorConfig, clock: Callable[[Aggregate], str]) -> None:
+        self.cfg = cfg
+        self.windows = WindowState(cfg.window_s, cfg.watermark_s)
+        self.tracker = Tracker(cfg, clock)
+
+    @classmethod
+    def load(
+        cls, blob: bytes | None, cfg: DetectorConfig, clock: Callable[[Aggregate], str]
+    ) -> Bucket:
+        b = cls(cfg, clock)
+        if blob is not None:
+            doc = orjson.loads(zlib.decompress(blob))
+            b.windows.load_state(doc["windows"])
+            b.tracker.load_state(doc["tracker"])
+        return b
+
+    def dump(self) -> bytes:
+        doc = {"windows": self.windows.to_state(), "tracker": self.tracker.to_state()}
+        return zlib.compress(orjson.dumps(doc), 1)
+
+    def empty(self) -> bool:
+        """Nothing left to remember: the state can be dropped (the next tick brings the
+        fleet's event time back)."""
+        t = self.tracker
+        return not (self.windows.open or t.history or t.findings)
+
+    def process(self, records: Iterable[Mapping[str, Any]], latest_only: bool = True) -> Emitted:
+        """Partial rows and ticks of one or more ingest batches, applied batch by batch."""
+        em = Emitted()
+        by_batch = sorted(records, key=lambda r: r.get("batch") or 0)
+        for _batch, group in itertools.groupby(by_batch, key=lambda r: r.get("batch") or 0):
+            parts, tick = [], None
+            for r in group:
+                if TICK in r:
+                    tick = r[TICK] if tick is None else max(tick, r[TICK])
+                else:
+                    parts.append(r)
+            result = self.windows.apply(parts)
+            self.windows.advance(tick)
+            self.windows.evict()
+            em.late += result.late
+            em.duplicates += result.duplicates
+            aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
+            out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
+            em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
+            em.findings += [(f.key, f.to_dict()) for f in out.findings]
+        if latest_only:  # a compacted topic: only a series' newest window matters
+            em.aggregates = list(dict(em.aggregates).items())
+        return em
+
+    def _fleet_end(self) -> str | None:
+        t = self.windows.max_event_s
+        if t is None:
+            return None
+        w = self.cfg.window_s
+        return iso(math.floor(t / w) * w + w)
+
+
+def output_frame(em: Emitted) -> pd.DataFrame:
+    """One bucket's ``Emitted`` as rows of ``OUTPUT_SCHEMA``."""
+    import pandas as pd
+
+    kinds, keys, values = [], [], []
+    for kind, records in (("aggregates", em.aggregates), ("findings", em.findings)):
+        for key, value in records:
+            kinds.append(kind)
+            keys.append(key)
+            values.append(dumps(value))
+    kinds.append("stats")
+    keys.append(None)
+    values.append(dumps({"late": em.late, "duplicates": em.duplicates}))
+    return pd.DataFrame({"kind": kinds, "key": keys, "value": values})
+
+
+def _records(frames: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
+    return [orjson.loads(v) for pdf in frames for v in pdf["value"]]
+
+
+def make_processor(
+    cfg: DetectorConfig, clock: Callable[[Aggregate], str], latest_only: bool = True
+) -> Any:
+    """The ``transformWithStateInPandas`` processor over buckets (built here so importing this
+    module needs no Spark)."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class BucketProcessor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("bucket", STATE_SCHEMA)
+
+        def handleInputRows(  # noqa: N802 - Spark's API
+            self,
+            key: Any,
+            rows: Iterator[pd.DataFrame],
+            timerValues: Any,  # noqa: N803
+        ) -> Iterator[pd.DataFrame]:
+            blob = self.state.get()[0] if self.state.exists() else None
+            bucket = Bucket.load(blob, cfg, clock)
+            em = bucket.process(_records(rows), latest_only)
+            if bucket.empty():
+                self.state.clear()
+            else:
+                self.state.update((bucket.dump(),))
+            yield output_frame(em)
+
+        def close(self) -> None:
+            pass
+
+    return BucketProcessor()

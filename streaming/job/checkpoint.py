@@ -1,0 +1,114 @@
+"""The job's checkpoint: a folder on any Hadoop filesystem (``file:``, ``hdfs:``, ``s3a:``, or a
+local path) holding each query's Spark checkpoint and ``connmon.json``, the settings the saved
+state depends on. Everything goes through Hadoop's FileSystem API in the driver's JVM, so a
+checkpoint works wherever Spark's own does."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from streaming.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+META = "connmon.json"
+LAYOUT = 2  # the job's two queries and its state in Spark's state store
+INGEST_QUERY = "aggregates"  # reads the events topic; its name in status records
+STATE_QUERY = "state"  # holds the series' state; reads the partials topic
+
+
+@dataclass(frozen=True)
+class Meta:
+    layout: int
+    run_id: str  # tags partial rows: rows of an earlier checkpoint on the topic are ignored
+    window_s: float
+    state_buckets: int
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...`` for a path or a URI (``Path`` would turn ``s3a://b`` into ``s3a:/b``)."""
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def _fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    return path.getFileSystem(conf), path
+
+
+def read_text(spark: SparkSession, uri: str) -> str | None:
+    fs, path = _fs(spark, uri)
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    fs, path = _fs(spark, uri)
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    fs, path = _fs(spark, uri)
+    return bool(fs.exists(path))
+
+
+def open_checkpoint(
+    spark: SparkSession, checkpoint: str, window_s: float, state_buckets: int
+) -> Meta:
+    """The checkpoint's settings, created on first use; a checkpoint saved with other windows,
+    another bucket count or by an older layout fails here, naming the setting."""
+    uri = join(checkpoint, META)
+    try:
+        text = read_text(spark, uri)
+    except Exception as exc:
+        raise ConfigError(f"checkpoint: cannot read {uri}: {exc}") from exc
+    if text is None:
+        if exists(spark, join(checkpoint, INGEST_QUERY)):
+            raise ConfigError(
+                f"checkpoint: {checkpoint} was written by an older job layout; use a new one"
+            )
+        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
+        write_text(spark, uri, json.dumps(asdict(meta)))
+        return meta
+    try:
+        meta = Meta(**json.loads(text))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"checkpoint: {uri} is not a connmon checkpoint ({exc})") from exc
+    if meta.layout != LAYOUT:
+        raise ConfigError(f"checkpoint: {checkpoint} has layout {meta.layout}; use a new one")
+    if not math.isclose(meta.window_s, window_s):
+        raise ConfigError(
+            f"detectors.window_s: the checkpoint has {meta.window_s} s windows, the config "
+            f"{window_s} s; use a new checkpoint to change it"
+        )
+    if meta.state_buckets != state_buckets:
+        raise ConfigError(
+            f"state-buckets: the checkpoint has {meta.state_buckets}, the config "
+            f"{state_buckets}; use a new checkpoint to change it"
+        )
+    return meta
+
+
+def last_commit(spark: SparkSession, checkpoint: str, query: str) -> int | None:
+    """The newest batch a query committed to the checkpoint (None before its first)."""
+    fs, path = _fs(spark, join(checkpoint, query, "commits"))
+    if not fs.exists(path):
+        return None
+    ids = [int(n) for st in fs.listStatus(path) if (n := st.getPath().getName()).isdigit()]
+    return max(ids, default=None)

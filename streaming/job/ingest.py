@@ -1,0 +1,174 @@
+"""The ``foreachBatch`` step of the ingest query: a micro-batch of raw records -> decoded ->
+partial window rows (one Spark aggregation) -> written, keyed by state bucket, for the state
+query; then one tick per bucket with the fleet's newest event time; dead letters when the batch
+has any. The driver handles counts only: partial rows go from the executors to their sink.
+
+Decoding happens here, not on the stream: Spark hands ``foreachBatch`` its batch as an already
+computed RDD, so columns computed before it are computed in full for every row and every action
+on the batch (measured: a third slower per batch, see benchmarks/job/README.md)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from streaming.detectors.config import DetectorConfig
+from streaming.job import parse, windows
+from streaming.job.buckets import TICK, bucket_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What the status record needs from the newest ingest batch (and the state query's late
+    count)."""
+
+    batch_id: int
+    watermark_s: float | None
+    max_event_s: float | None
+    dead_letter_total: int  # since the job started
+    late_events_total: int  # since the job started
+    input_rows: int = 0  # records of this batch: valid and rejected
+
+
+@dataclass
+class BatchCounts:
+    """Counted while a batch's partial rows are written."""
+
+    events: Counter[str] = field(default_factory=Counter)  # reason ("" = valid) -> records
+    max_event_s: float | None = None
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        return {r: n for r, n in self.events.items() if r}
+
+
+# Writes a batch's partial rows (``key``, ``value``, ``reason``, ``events``, ``last_event_s``)
+# and returns the counts; writes ticks ``(key, value)``.
+PartialsWriter = Callable[["DataFrame", int], BatchCounts]
+TickWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
+
+
+def bucket_key(run_id: str, bucket: int | str) -> str:
+    """Kafka key of a partial row or tick: one bucket's rows stay in order on one partition,
+    and rows of another checkpoint's run are told apart."""
+    return f"{run_id}:{bucket}"
+
+
+def count_rows(rows: Iterable[Any], counts: BatchCounts) -> Iterable[Any]:
+    """Pass the valid rows through, counting every row's events by reason."""
+    for r in rows:
+        counts.events[r.reason or ""] += r.events
+        if r.reason is None:
+            t = r.last_event_s
+            if t is not None and (counts.max_event_s is None or t > counts.max_event_s):
+                counts.max_event_s = t
+            yield r
+
+
+class Ingest:
+    """Callable for ``writeStream.foreachBatch`` over raw records (Kafka source shape)."""
+
+    def __init__(
+        self,
+        cfg: DetectorConfig,
+        run_id: str,
+        buckets: int,
+        write_partials: PartialsWriter,
+        write_ticks: TickWriter,
+        write_dead_letters: Callable[[DataFrame, int], None],
+        max_age_s: float | None = None,
+        max_future_s: float | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.run_id = run_id
+        self.buckets = buckets
+        self.write_partials = write_partials
+        self.write_ticks = write_ticks
+        self.write_dead_letters = write_dead_letters
+        self.max_age_s = max_age_s
+        self.max_future_s = max_future_s
+        self.max_event_s: float | None = None  # newest event time since the job started
+        self.dead_letter_total = 0
+        self.stats: BatchStats | None = None
+
+    @cached_property
+    def decode(self) -> parse.Decoder:
+        return parse.Decoder(self.max_age_s, self.max_future_s)
+
+    @cached_property
+    def partials(self) -> windows.Partials:  # built on first use: Columns need a SparkContext
+        return windows.Partials(self.cfg)
+
+    def rows(self, decoded: DataFrame, batch_id: int) -> DataFrame:
+        """The batch's partial rows as records for the state query, with what is counted."""
+        from pyspark.sql import functions as F
+
+        parts = self.partials(decoded)
+        fields = [F.col(c) for c in parts.columns if c != "reason"]
+        value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
+        key = F.concat(F.lit(f"{self.run_id}:"), bucket_column(self.buckets).cast("string"))
+        return parts.select(
+            F.when(F.col("reason").isNull(), key).alias("key"),
+            F.when(F.col("reason").isNull(), value).alias("value"),
+            "reason",
+            "events",
+            "last_event_s",
+        )
+
+    def __call__(self, raw: DataFrame, batch_id: int) -> None:
+        t0 = time.perf_counter()
+        df = self.decode(raw, now=time.time())
+        counts = self.write_partials(self.rows(df, batch_id), batch_id)
+        t1 = time.perf_counter()
+        if counts.rejected:  # a second read of this batch, only when it holds bad records
+            self.write_dead_letters(df, batch_id)
+        if counts.max_event_s is not None and (
+            self.max_event_s is None or counts.max_event_s > self.max_event_s
+        ):
+            self.max_event_s = counts.max_event_s
+        # After the partial rows: on each bucket's partition a tick follows its batch's rows.
+        tick = {"batch": batch_id, TICK: self.max_event_s}
+        self.write_ticks([(bucket_key(self.run_id, b), tick) for b in range(self.buckets)])
+        self.dead_letter_total += sum(counts.rejected.values())
+        wm = None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
+        self.stats = BatchStats(
+            batch_id, wm, self.max_event_s, self.dead_letter_total, 0, sum(counts.events.values())
+        )
+        log.info(
+            "batch %d: %d record(s), %d rejected; partial rows %.2fs, dead letters and ticks %.2fs",
+            batch_id,
+            sum(counts.events.values()),
+            sum(counts.rejected.values()),
+            t1 - t0,
+            time.perf_counter() - t1,
+        )
+
+
+def merge_counts(into: BatchCounts, other: Mapping[str, Any]) -> None:
+    """Fold counts sent back from an executor (``{"events": {...}, "max_event_s": t}``)."""
+    into.events.update(other.get("events") or {})
+    t = other.get("max_event_s")
+    if t is not None and (into.max_event_s is None or t > into.max_event_s):
+        into.max_event_s = t
+
+
+class CountsParam:
+    """Spark accumulator of ``BatchCounts`` (as plain dicts) from the executors."""
+
+    def zero(self, _value: dict) -> dict:
+        return {"events": {}, "max_event_s": None}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - Spark's API
+        c = BatchCounts(Counter(a["events"]), a["max_event_s"])
+        merge_counts(c, b)
+        return {"events": dict(c.events), "max_event_s": c.max_event_s}
