@@ -141,14 +141,14 @@ def floor_rate(spark, s: JobSettings, work: str, stage: str) -> tuple[float, flo
     groups them by the job's window and series keys (one count, no statistics) and collects
     the groups: a floor for any design that validates per row with built-in functions and
     aggregates per window and series in Spark. ``aggregate`` is the job's whole Spark part
-    (``windows.Partials``: every window statistic) and its collect, without the driver.
+    (``partial_rows.PartialRows``: every window statistic) and its collect, without the driver.
     Returns wall time, sustained events/s."""
     from pyspark.sql import functions as F
 
-    from streaming.job import parse, windows
+    from streaming.job import parse, partial_rows
 
     decoder = parse.Decoder(s.max_event_age_s, s.max_event_future_s)
-    partials = windows.Partials(s.detectors)
+    partials = partial_rows.PartialRows(s.detectors)
 
     def step(raw, _batch_id: int) -> None:
         df = decoder(raw, now=time.time())

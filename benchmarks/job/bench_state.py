@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from streaming.detectors.config import DetectorConfig  # noqa: E402
 from streaming.job.buckets import TICK, Bucket, window_end_clock  # noqa: E402
-from streaming.job.partials import flat_col  # noqa: E402
+from streaming.job.open_windows import flat_col  # noqa: E402
 
 T0 = 1_795_000_000.0  # a window start
 

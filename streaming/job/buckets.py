@@ -2,7 +2,7 @@
 executors process in parallel.
 
 A series belongs to bucket ``hash(series) mod buckets`` (``bucket_column``). A bucket's state is
-the open windows (``partials.WindowState``), the detectors' history and the firing findings
+the open windows (``open_windows.OpenWindows``), the detectors' history and the firing findings
 (``tracker.Tracker``) of its series: one value in the state store, read and written once per
 batch that touches the bucket. Spark calls a Python stateful processor once per key and batch,
 at a few milliseconds each, so a key per series would not keep up with a fleet; a bucket of
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.partials import SERIES, WindowState
+from streaming.job.open_windows import SERIES, OpenWindows
 from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
 from streaming.job.tracker import Tracker
@@ -76,7 +76,7 @@ class Bucket:
 
     def __init__(self, cfg: DetectorConfig, clock: Callable[[Aggregate], str]) -> None:
         self.cfg = cfg
-        self.windows = WindowState(cfg.window_s, cfg.watermark_s)
+        self.windows = OpenWindows(cfg.window_s, cfg.watermark_s)
         self.tracker = Tracker(cfg, clock)
 
     @classmethod

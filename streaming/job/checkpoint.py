@@ -72,7 +72,7 @@ def open_checkpoint(
     spark: SparkSession, checkpoint: str, window_s: float, state_buckets: int
 ) -> Meta:
     """The checkpoint's settings, created on first use; a checkpoint saved with other windows,
-    another bucket count or by an older layout fails here, naming the setting."""
+    another bucket count or by an earlier connmon fails here, naming the setting."""
     uri = join(checkpoint, META)
     try:
         text = read_text(spark, uri)
@@ -81,7 +81,8 @@ def open_checkpoint(
     if text is None:
         if exists(spark, join(checkpoint, INGEST_QUERY)):
             raise ConfigError(
-                f"checkpoint: {checkpoint} was written by an older job layout; use a new one"
+                f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
+                "use a new one"
             )
         meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
         write_text(spark, uri, json.dumps(asdict(meta)))

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job import parse, windows
+from streaming.job import parse, partial_rows
 from streaming.job.buckets import TICK, bucket_column
 
 if TYPE_CHECKING:
@@ -106,14 +106,16 @@ class Ingest:
         return parse.Decoder(self.max_age_s, self.max_future_s)
 
     @cached_property
-    def partials(self) -> windows.Partials:  # built on first use: Columns need a SparkContext
-        return windows.Partials(self.cfg)
+    def aggregate(
+        self,
+    ) -> partial_rows.PartialRows:  # built on first use: Columns need a SparkContext
+        return partial_rows.PartialRows(self.cfg)
 
     def rows(self, decoded: DataFrame, batch_id: int) -> DataFrame:
         """The batch's partial rows as records for the state query, with what is counted."""
         from pyspark.sql import functions as F
 
-        parts = self.partials(decoded)
+        parts = self.aggregate(decoded)
         fields = [F.col(c) for c in parts.columns if c != "reason"]
         value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
         key = F.concat(F.lit(f"{self.run_id}:"), bucket_column(self.buckets).cast("string"))

@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from streaming.job.partials import SUMMARY_STATES, state_col
+from streaming.job.open_windows import SUMMARY_STATES, state_col
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.times import iso
 
@@ -46,7 +46,7 @@ def _attempt_fails_per_min(row: Mapping[str, Any]) -> float | None:
 
 
 def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
-    """One finished window row (``partials.finish``) as an ``Aggregate``."""
+    """One finished window row (``open_windows.finish``) as an ``Aggregate``."""
     states = _current_states(row)
     est = states.get("ESTABLISHED", {})
     cw = states.get("CLOSE_WAIT", {})

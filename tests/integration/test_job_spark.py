@@ -13,8 +13,8 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job import parse, windows
-from streaming.job.partials import WindowState, window_key
+from streaming.job import parse, partial_rows
+from streaming.job.open_windows import OpenWindows, window_key
 from streaming.job.pipeline import replay
 from streaming.schema.status import DEADLETTER_REASONS
 
@@ -80,11 +80,11 @@ def _window_rows(spark, lines: list[str], batches: int = 1) -> list[dict]:
     """Finished window rows after the lines went through ``batches`` micro-batches (every
     ``batches``-th line in each, so each window gets partial rows from every batch)."""
     cfg = DetectorConfig()
-    state = WindowState(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
+    state = OpenWindows(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
     rows: dict[str, dict] = {}
     for b in range(batches):
         decoded = parse.Decoder(None, None)(_raw(spark, lines[b::batches]))
-        parts = [r.asDict() for r in windows.Partials(cfg)(decoded).collect()]
+        parts = [r.asDict() for r in partial_rows.PartialRows(cfg)(decoded).collect()]
         rows.update({window_key(r): r for r in state.apply(parts).rows})
     return sorted(rows.values(), key=lambda r: (r["window_start_s"], window_key(r)))
 
@@ -150,7 +150,7 @@ def test_the_window_aggregation_is_a_code_generated_hash_aggregate(spark):
     # SortAggregate (string or struct buffers) cost about a third more per batch; see
     # benchmarks/job/README.md. A new aggregate with a non-fixed-width buffer brings it back.
     lines = (FIXTURES / "healthy.jsonl").read_text().splitlines()
-    df = windows.Partials(DetectorConfig())(parse.Decoder(None, None)(_raw(spark, lines)))
+    df = partial_rows.PartialRows(DetectorConfig())(parse.Decoder(None, None)(_raw(spark, lines)))
     plan = df._jdf.queryExecution().executedPlan().toString()
     assert "HashAggregate" in plan
     assert "SortAggregate" not in plan and "ObjectHashAggregate" not in plan
@@ -237,3 +237,20 @@ def test_thresholds_come_from_config_only(spark, grace):
     result = replay(spark, str(FIXTURES / "close_wait_leak.jsonl"), cfg)
     kinds = {f["kind"] for f in result.findings}
     assert kinds == (set() if grace == 900.0 else {"close_wait_buildup"})
+
+
+def test_a_checkpoint_keeps_its_settings_and_refuses_others_by_name(spark, tmp_path):
+    from streaming.errors import ConfigError
+    from streaming.job.checkpoint import open_checkpoint
+
+    uri = f"file://{tmp_path}/ckpt"
+    first = open_checkpoint(spark, uri, 60.0, 256)
+    assert open_checkpoint(spark, uri, 60.0, 256) == first  # the same run on restart
+    assert open_checkpoint(spark, f"file://{tmp_path}/other", 60.0, 256).run_id != first.run_id
+    with pytest.raises(ConfigError, match=r"^detectors.window_s: the checkpoint has 60.0 s"):
+        open_checkpoint(spark, uri, 30.0, 256)
+    with pytest.raises(ConfigError, match=r"^state-buckets: the checkpoint has 256"):
+        open_checkpoint(spark, uri, 60.0, 64)
+    (tmp_path / "old" / "aggregates").mkdir(parents=True)  # a Spark checkpoint, no connmon.json
+    with pytest.raises(ConfigError, match=r"^checkpoint: .* has no connmon.json"):
+        open_checkpoint(spark, str(tmp_path / "old"), 60.0, 256)

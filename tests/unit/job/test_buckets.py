@@ -9,7 +9,7 @@ import zlib
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.buckets import TICK, Bucket, output_frame, window_end_clock
-from streaming.job.partials import flat_col
+from streaming.job.open_windows import flat_col
 
 CFG = DetectorConfig()
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.partials import window_key
+from streaming.job.open_windows import window_key
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate, client_id, series_key
 from streaming.schema.findings import finding_key

@@ -2,7 +2,7 @@
 
 A series is ``aggregates.SERIES_FIELDS``; heartbeats carry no series and form a
 host-level group (side, app and broker null) whose counters give the host's failed connects.
-Every statistic is mergeable (``partials`` merges batches in the driver), and every aggregation
+Every statistic is mergeable (``open_windows`` merges batches), and every aggregation
 buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
 (broker endpoint, the duplicate connection's 4-tuple) are grouping keys instead, and
 the merge folds their rows together. Rejected records form one group per reason (all other keys
@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.partials import SERIES, SUMMARY_STATES, flat_col, state_fields
+from streaming.job.open_windows import SERIES, SUMMARY_STATES, flat_col, state_fields
 
 
 def _count(cond: Column) -> Column:
@@ -76,7 +76,7 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
     return aggs
 
 
-class Partials:
+class PartialRows:
     """``parse.Decoder`` output (a static frame: one micro-batch) -> one partial row per
     (window, series, string values) for valid events, and one per reason for rejected ones.
     Times are epoch seconds (``collect()`` would turn timestamps into naive local times).

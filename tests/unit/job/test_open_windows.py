@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from streaming.job.partials import SERIES, WindowState, flat_col, merge, new_window
+from streaming.job.open_windows import SERIES, OpenWindows, flat_col, merge, new_window
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
 
@@ -40,7 +40,7 @@ def cw(t: float, count: int, age: float) -> dict:
 
 
 def test_merge_adds_counts_and_keeps_extremes_and_the_newest_summary():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     a = part(events=5, opens=2, lifetime_sum_s=10.0, lifetime_n=2, lifetime_max_s=7.0,
              hb_t_first=T0 + 5, hb_fails_first=10, hb_t_last=T0 + 5, hb_fails_last=10,
              **cw(T0 + 30, 3, 100.0))  # fmt: skip
@@ -56,7 +56,7 @@ def test_merge_adds_counts_and_keeps_extremes_and_the_newest_summary():
 
 
 def test_the_duplicate_connection_comes_from_the_newest_established_summary():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     est = lambda t, conn: {  # noqa: E731
         flat_col("ESTABLISHED", "t"): t,
         flat_col("ESTABLISHED", "count"): 2,
@@ -69,7 +69,7 @@ def test_the_duplicate_connection_comes_from_the_newest_established_summary():
 
 
 def test_events_of_a_closed_window_are_late_and_counted():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     first = ws.apply([part(T0 + 600, last_event_s=T0 + 650)])
     assert first.watermark_s is None and first.late == 0
     second = ws.apply(
@@ -84,7 +84,7 @@ def test_events_of_a_closed_window_are_late_and_counted():
 
 
 def test_windows_closed_by_the_new_watermark_are_evicted():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     ws.apply([part(T0), part(T0 + 60)])
     assert len(ws.open) == 2
     ws.apply([part(T0 + 240, last_event_s=T0 + 250)])  # watermark T0 + 130
@@ -92,9 +92,9 @@ def test_windows_closed_by_the_new_watermark_are_evicted():
 
 
 def test_state_round_trips_through_json():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     ws.apply([part(**cw(T0 + 5, 1, 5.0)), part(host="app-2")])
-    again = WindowState(60.0, 120.0)
+    again = OpenWindows(60.0, 120.0)
     again.load_state(json.loads(json.dumps(ws.to_state())))
     more = [part(**cw(T0 + 15, 2, 15.0))]
     assert again.apply(more).rows == ws.apply(more).rows
@@ -116,7 +116,7 @@ def _batches() -> list[list[dict]]:
 
 
 def test_restored_before_every_batch_the_windows_behave_as_if_never_stopped():
-    steady = WindowState(60.0, 120.0)
+    steady = OpenWindows(60.0, 120.0)
     expected, opened = [], [{}]
     for b in _batches():
         expected.append(steady.apply(b))
@@ -124,7 +124,7 @@ def test_restored_before_every_batch_the_windows_behave_as_if_never_stopped():
     assert sum(r.late for r in expected) > 0
     state = None
     for i, b in enumerate(_batches()):
-        ws = WindowState(60.0, 120.0)  # a restart before every batch
+        ws = OpenWindows(60.0, 120.0)  # a restart before every batch
         if state is not None:
             ws.load_state(state)
         assert ws.open == opened[i], f"restored before batch {i}"
@@ -135,7 +135,7 @@ def test_restored_before_every_batch_the_windows_behave_as_if_never_stopped():
 
 def test_a_batch_written_twice_is_merged_once():
     first = [part(T0, batch=3, events=2), part(T0, batch=3, events=5, broker_endpoint="b:9092")]
-    once, twice = WindowState(60.0, 120.0), WindowState(60.0, 120.0)
+    once, twice = OpenWindows(60.0, 120.0), OpenWindows(60.0, 120.0)
     once.apply(first)
     twice.apply(first[:1])  # a crash after the first row was written: the batch runs again
     again = twice.apply(first)
@@ -147,7 +147,7 @@ def test_a_batch_written_twice_is_merged_once():
 
 
 def test_the_fleets_event_time_closes_windows_of_quiet_series():
-    ws = WindowState(60.0, 120.0)
+    ws = OpenWindows(60.0, 120.0)
     ws.apply([part(T0)])
     ws.advance(T0 + 200)  # another series' events, seen through a tick
     ws.evict()
@@ -156,9 +156,9 @@ def test_the_fleets_event_time_closes_windows_of_quiet_series():
 
 
 def test_a_checkpoint_with_other_windows_is_refused_by_setting_name():
-    state = WindowState(60.0, 120.0).to_state()
+    state = OpenWindows(60.0, 120.0).to_state()
     with pytest.raises(ValueError, match="detectors.window_s"):
-        WindowState(30.0, 120.0).load_state(state)
+        OpenWindows(30.0, 120.0).load_state(state)
 
 
 def test_a_new_window_is_the_generic_merge_into_an_empty_window():

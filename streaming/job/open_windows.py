@@ -1,10 +1,10 @@
-"""Window statistics merged across micro-batches, outside Spark's state store.
+"""Window statistics merged across micro-batches.
 
 Each micro-batch aggregates its own events into *partial* rows per (window, series) with
 mergeable statistics only (sums, minima, maxima, values taken at the latest event time). This
 module merges them into the open windows, applies the event-time watermark, counts late events,
 and turns a window into the finished row that ``records`` reads. Pure Python: the job keeps one
-``WindowState`` per state bucket (``buckets``), saved as a JSON-able document in Spark's state
+``OpenWindows`` per state bucket (``buckets``), saved as a JSON-able document in Spark's state
 store.
 
 Watermark: the newest event time of the whole fleet seen in earlier batches minus
@@ -186,8 +186,8 @@ def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
 
 
 _KEY_FIELDS = ("window_start_s", *SERIES)
-# Grouping keys of a partial row besides window and series (``windows.Partials``): a batch may
-# hold several rows of one window that differ only in these.
+# Grouping keys of a partial row besides window and series (``partial_rows.PartialRows``): a
+# batch may hold several rows of one window that differ only in these.
 _PART_FIELDS = ("broker_endpoint", flat_col("ESTABLISHED", "dup_conn"))
 
 
@@ -211,7 +211,7 @@ class BatchResult:
 
 
 @dataclass
-class WindowState:
+class OpenWindows:
     """The open windows of some series and the newest event time of the whole fleet.
 
     Partial rows carry the id of the batch that made them (``batch``). A window remembers the
