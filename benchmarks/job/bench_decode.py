@@ -1,13 +1,17 @@
 """Decoder throughput: Spark's plain ``from_json`` vs the job's strict decoder, same session.
 
 Reads N agent-shaped events (the bench_job.py event pool, many hosts) from a JSON-lines file
-cached in memory, then times, best of ``--repeat``, a group-by-reason count through each:
+cached in memory, then times, best of ``--repeat`` (the runs take turns, so a change in the
+machine's load falls on all of them alike), a group-by count through each:
 
 - ``from_json``: ``from_json(value, spark_schema())`` grouped by kind (no validation at all);
 - ``decoder``: ``parse.Decoder`` (fast-path checks, ``validate`` UDF for the rest), grouped
-  by reason, as the job's aggregation consumes it.
+  by reason, as the job's aggregation consumes it;
+- ``decoder@<rev>`` (``--baseline``, default ``54fa557``: the lenient decoder with reasons in
+  SQL only): ``streaming/job/parse.py`` as of that commit, read with ``git show``, same method.
 
     .venv/bin/python benchmarks/job/bench_decode.py --events 1000000
+    .venv/bin/python benchmarks/job/bench_decode.py --events 1000000 --baseline ''  # no baseline
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import argparse
 import json
 import platform
 import random
+import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_job import event_pool  # noqa: E402
 
@@ -41,10 +48,28 @@ def write_events(path: Path, n: int) -> None:
             f.write(json.dumps(e, separators=(",", ":")) + "\n")
 
 
+def decoder_at(rev: str) -> types.ModuleType:
+    """``streaming/job/parse.py`` as of ``rev``, as a module of its own (it imports only
+    ``streaming.schema.events`` and PySpark, which still provide what it uses)."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:streaming/job/parse.py"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    module = types.ModuleType(f"parse_at_{rev}")
+    exec(compile(source, f"{rev}:streaming/job/parse.py", "exec"), module.__dict__)
+    return module
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--baseline", default="54fa557", help="git revision of an older decoder ('': none)"
+    )
     args = ap.parse_args()
     from pyspark.sql import functions as F
 
@@ -65,28 +90,37 @@ def main() -> int:
             .cache()
         )
         raw.count()
-        decoder = parse.Decoder(86400.0, 300.0)
         plain = F.from_json(F.col("value").cast("string"), events.spark_schema()).alias("e")
+        decoders = {"decoder": parse.Decoder(86400.0, 300.0)}
+        if args.baseline:
+            decoders[f"decoder@{args.baseline}"] = decoder_at(args.baseline).Decoder(86400.0, 300.0)
+
+        def grouped(decoder):
+            return lambda: decoder(raw, now=time.time()).groupBy("reason").count().collect()
+
         runs = {
             "from_json": lambda: raw.select(plain).groupBy("e.kind").count().collect(),
-            "decoder": lambda: decoder(raw, now=time.time()).groupBy("reason").count().collect(),
+            **{name: grouped(d) for name, d in decoders.items()},
         }
         best: dict[str, float] = {}
-        for name, fn in runs.items():
-            times = []
-            for _ in range(args.repeat):
+        for _ in range(args.repeat):
+            for name, fn in runs.items():
                 t0 = time.perf_counter()
                 fn()
-                times.append(time.perf_counter() - t0)
-            best[name] = min(times)
+                best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
         rates = {k: round(args.events / v) for k, v in best.items()}
+        ratios = {f"{k}_to_from_json": round(v / rates["from_json"], 3) for k, v in rates.items()}
+        if args.baseline:
+            old = rates[f"decoder@{args.baseline}"]
+            ratios[f"decoder_to_decoder@{args.baseline}"] = round(rates["decoder"] / old, 3)
+        ratios.pop("from_json_to_from_json")
         print(
             json.dumps(
                 {
                     "machine": f"{platform.system()} {platform.release()}, 2 cores",
                     "events": args.events,
                     "events_per_s": rates,
-                    "decoder_to_from_json": round(rates["decoder"] / rates["from_json"], 3),
+                    "ratios": ratios,
                 }
             )
         )

@@ -40,14 +40,19 @@ _JSON_OPTIONS = {
     "allowBackslashEscapingAnyCharacter": "false",
     "allowUnquotedControlChars": "false",
 }
-_SLOW = T.StructType(
-    [
-        T.StructField("reason", T.StringType()),
-        T.StructField("detail", T.StringType()),
-        T.StructField("ts_us", T.LongType()),
-        T.StructField("event", T.StringType()),
-    ]
-)
+
+
+def _slow_schema(event: T.StructType) -> T.StructType:
+    """The slow path's verdict, which the UDF returns as one JSON string (a single column is
+    the cheapest to carry back from Python; it is read only for the rows that went there)."""
+    return T.StructType(
+        [
+            T.StructField("reason", T.StringType()),
+            T.StructField("detail", T.StringType()),
+            T.StructField("ts_us", T.LongType()),
+            T.StructField("event", event),
+        ]
+    )
 
 
 def _all(conds: list[Column]) -> Column:
@@ -57,19 +62,57 @@ def _all(conds: list[Column]) -> Column:
     return out
 
 
-# A string field's value as ``from_json`` writes a JSON number, boolean or array it finds there
-# instead of a string, between the separators of ``_SEP``-joined string fields. A JSON number
-# is matched exactly (an IP address is not one); a cast would throw and catch an exception for
-# every string that is not a number.
+# A free-text string field's value as ``from_json`` writes a JSON number, boolean or array it
+# finds there instead of a string, between the separators of ``_SEP``-joined fields (enum
+# fields and ``event_time`` need no such check: their own checks reject any such text). A JSON
+# number is matched exactly (an IP address is not one); a cast would throw and catch an
+# exception for every string that is not a number.
 _SEP = "\u0001"
-_NOT_A_STRING = (
-    f"(^|{_SEP})(true|false|-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?|\\[[^{_SEP}]*\\]"
-    f'|"-?Infinity")({_SEP}|$)'  # a number beyond a double's range is written "Infinity"
+_NOT_A_STRING = (  # non-capturing groups: a matcher allocates room for every capturing one
+    f"{_SEP}(?:true|false|-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|\\[[^{_SEP}]*\\]"
+    f'|"-?Infinity")(?:{_SEP}|$)'  # a number beyond a double's range is written "Infinity"
 )
+# The agent's form of event_time, which ``validate.EVENT_TIME`` allows among others (they take
+# the slow path). A LIKE pattern is matched in one anchored pass; ``rlike`` searches from every
+# position. With these separators in place and Spark's cast succeeding, the year, month, day,
+# hours, minutes and seconds are digits (a year with a sign or a space has fewer than the four
+# Spark requires); the fraction is unless it ends in blanks (Spark reads ``.12 Z`` as zone
+# ``Z``), so its last character is checked too.
+_EVENT_TIME_LIKE = "____-__-__T__:__:__.___Z"
 
 
-def _fields(e: str, *types: str) -> list[Column]:
-    return [F.col(f"{e}.{f.name}") for f in events.FIELDS if f.type in types]
+def _fields(e: str, *types: str, free: bool = False) -> list[Column]:
+    return [
+        F.col(f"{e}.{f.name}")
+        for f in events.FIELDS
+        if f.type in types and not (free and (f.enum or f.type == "timestamp"))
+    ]
+
+
+def _may_be_a_token(c: Column) -> Column:
+    """Whether a string could be the text of a JSON number (it starts with ``-`` or a digit
+    and has no ``:``), array (``[``), boolean or "Infinity" (``"``): only these are matched
+    against ``_NOT_A_STRING`` (an address with a port is not)."""
+    return ((c < ":") & ~c.contains(":")) | ((c >= "[") & (c < "\\")) | c.isin("true", "false")
+
+
+def _text_accepts() -> Column:
+    """True only for text that is valid UTF-8, has no ``\\u`` escape (one may hide a lone
+    surrogate: ``validate`` decodes it) and is one object with nothing around it: its first
+    and last bytes are its braces and no other byte is a ``}`` (``from_json`` ignores what
+    follows the first object and writes an object it finds in a string field as its text; a
+    ``{`` with no ``}`` of its own leaves the object unclosed, which ``from_json`` rejects).
+    Byte-level ``contains`` and ``startswith`` only: each is one tight pass over the bytes
+    (counting characters, ``translate`` or a regex decode the text first)."""
+    text = F.col("_text")
+    inner = F.expr("CAST(substring(raw, 2, octet_length(raw) - 2) AS STRING)")
+    return (
+        F.expr("is_valid_utf8(_text)")
+        & text.startswith("{")
+        & text.endswith("}")
+        & ~inner.contains("}")
+        & ~text.contains("\\u")
+    )
 
 
 def _fast_accepts(e: str) -> Column:
@@ -78,26 +121,23 @@ def _fast_accepts(e: str) -> Column:
     letters: these checks may be stricter than the contract, never more lenient. Each check
     covers every field at once, so the generated code stays small enough for Spark to compile
     the whole stage (a check per field made it fall back to far slower interpreted code)."""
-    text = F.col("_text")
     strings = _fields(e, "string", "timestamp")
-    numbers = _fields(e, "long", "double")
+    free = _fields(e, "string", free=True)
     doubles = _fields(e, "double")
     conds = [
-        ~F.col("_too_large"),
-        F.expr("is_valid_utf8(_text)"),
-        F.instr(text, "\\u") == 0,  # an escape may hide a lone surrogate: validate() decodes it
-        # One object and nothing around it: the only braces are its own, first and last
-        # (bytes, not characters: finding the last character of a string scans all of it).
-        F.expr("substring(raw, 1, 1) = X'7B' AND substring(raw, -1, 1) = X'7D'"),
-        F.expr("length(_text) - length(translate(_text, '{}', '')) = 2"),
         F.col(e).isNotNull(),
         F.col(f"{e}.{CORRUPT}").isNull(),
         F.col(f"{e}.schema") == events.SCHEMA_VERSION,
         F.col(f"{e}.kind").isin(*events.KINDS),
-        F.col(f"{e}.event_time").rlike(f"^{validate.EVENT_TIME}\\z"),
-        F.col("_ts").isNotNull(),
-        ~F.concat_ws(_SEP, *strings).rlike(_NOT_A_STRING),
-        F.coalesce(F.greatest(*[F.length(c) for c in strings]), F.lit(0)) <= MAX_STRING_CHARS,
+        F.col(f"{e}.event_time").like(_EVENT_TIME_LIKE),
+        F.substring(f"{e}.event_time", 23, 1).between("0", "9"),
+        F.unix_micros(F.col("_ts")) >= 0,  # from 1970 (null: Spark cannot read it)
+        ~F.concat_ws(_SEP, F.lit(""), *[F.when(_may_be_a_token(c), c) for c in free]).rlike(
+            _NOT_A_STRING
+        ),
+        # Bytes, not characters: counting characters scans each string. A string over the
+        # limit in bytes but not in characters (non-ASCII) goes to the slow path.
+        F.coalesce(F.greatest(*[F.octet_length(c) for c in strings]), F.lit(0)) <= MAX_STRING_CHARS,
         # greatest() skips nulls and orders NaN above infinity
         F.coalesce(F.greatest(*[F.abs(c) for c in doubles]), F.lit(0.0)) < float("inf"),
     ]
@@ -120,30 +160,27 @@ def _fast_accepts(e: str) -> Column:
         extra = [F.col(f"{e}.{n}").isNotNull() for n in names if n not in common]
         if extra:
             conds.append((kind != k) | _all(extra))
-    del numbers
     return _all(conds)
 
 
 def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
     """``validate`` as a pandas UDF: raw bytes (null: not needed) and now (epoch seconds) ->
-    reason, detail, event time and the accepted event as JSON."""
+    its verdict as JSON (``_slow_schema``), null where the raw bytes are null. Every row of a
+    batch passes through the UDF, so a batch with nothing to validate costs next to nothing."""
+    import numpy as np
     import pandas as pd
 
-    def run(raw: pd.Series, now: pd.Series) -> pd.DataFrame:
-        out: dict[str, list[Any]] = {c: [None] * len(raw) for c in ("reason", "detail", "event")}
-        ts: list[Any] = [None] * len(raw)
-        for i in raw.index[raw.notna()]:
-            v = validate.validate(raw[i], float(now[i]), max_age_s, max_future_s)
-            out["reason"][i], out["detail"][i], ts[i] = v.reason, v.detail, v.ts_us
-            if v.event is not None:
-                out["event"][i] = json.dumps(v.event)
-        frame = pd.DataFrame(out)
-        frame.insert(2, "ts_us", pd.array(ts, dtype="Int64"))
-        return frame
+    def run(raw: pd.Series, now: pd.Series) -> pd.Series:
+        out = np.full(len(raw), None, dtype=object)
+        for i in np.flatnonzero(raw.notna().to_numpy()):
+            v = validate.validate(raw.iat[i], float(now.iat[i]), max_age_s, max_future_s)
+            verdict = {"reason": v.reason, "detail": v.detail, "ts_us": v.ts_us, "event": v.event}
+            out[i] = json.dumps(verdict)
+        return pd.Series(out, index=raw.index)
 
     # Real classes, not the strings this module's annotations become: Spark reads them.
-    run.__annotations__ = {"raw": pd.Series, "now": pd.Series, "return": pd.DataFrame}
-    return F.pandas_udf(run, _SLOW)  # type: ignore[call-overload]
+    run.__annotations__ = {"raw": pd.Series, "now": pd.Series, "return": pd.Series}
+    return F.pandas_udf(run, T.StringType())  # type: ignore[call-overload]
 
 
 class Decoder:
@@ -170,12 +207,19 @@ class Decoder:
             F.when(~F.col("_too_large"), F.col("_text")), schema, _JSON_OPTIONS
         )
         self._ts = F.expr(f"try_to_timestamp({e}.event_time)").alias("_ts")
-        self._fast = _fast_accepts(e).alias("_fast")
+        # The text checks first: a record that fails them is not parsed twice over.
+        self._text_ok = (~F.col("_too_large") & _text_accepts()).alias("_text_ok")
+        # Null (a check on a missing value) is false: the slow path, never neither path.
+        fast_accepts = F.col("_text_ok") & _fast_accepts(e)
+        self._fast = F.coalesce(fast_accepts, F.lit(False)).alias("_fast")
         slow = _slow_path(max_age_s, max_future_s)
         self._slow = slow(
             F.when(~F.col("_fast") & ~F.col("_too_large"), F.col("raw")),
             F.unix_micros(F.col(_NOW)) / F.lit(1e6),
         ).alias("_slow")
+        self._verdict = F.when(
+            ~F.col("_fast"), F.from_json(F.col("_slow"), _slow_schema(schema))
+        ).alias("_v")
         fast = F.col("_fast")
         ts = F.col("_ts")
         now = F.col(_NOW)
@@ -191,11 +235,11 @@ class Decoder:
         )
         size = F.octet_length("raw")
         self._pick = [
-            F.when(fast, F.col(e)).otherwise(F.from_json(F.col("_slow.event"), schema)).alias(e),
-            F.when(fast, ts).otherwise(F.timestamp_micros(F.col("_slow.ts_us"))).alias("ts"),
+            F.when(fast, F.col(e)).otherwise(F.col("_v.event")).alias(e),
+            F.when(fast, ts).otherwise(F.timestamp_micros(F.col("_v.ts_us"))).alias("ts"),
             F.when(F.col("_too_large"), F.lit("too_large"))
             .when(fast & (too_old | too_new), F.lit("time_out_of_range"))
-            .when(~fast, F.col("_slow.reason"))
+            .when(~fast, F.col("_v.reason"))
             .alias("reason"),
             F.when(
                 F.col("_too_large"),
@@ -203,7 +247,7 @@ class Decoder:
             )
             .when(fast & too_old, F.lit(validate.TOO_OLD))
             .when(fast & too_new, F.lit(validate.TOO_NEW))
-            .when(~fast, F.col("_slow.detail"))
+            .when(~fast, F.col("_v.detail"))
             .alias("detail"),
             *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
         ]
@@ -230,8 +274,10 @@ class Decoder:
             # parsed every record once per check).
             .withColumn("e", F.explode(F.array(self._from_json)))
             .withColumn("_ts", self._ts)
+            .withColumn("_text_ok", self._text_ok)
             .withColumn("_fast", self._fast)
             .withColumn("_slow", self._slow)
+            .withColumn("_v", self._verdict)
             .select(*self._pick)
             .select(*self._out)
         )

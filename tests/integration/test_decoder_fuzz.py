@@ -69,6 +69,23 @@ tokens = st.sampled_from(
         '"NaN"',
         '"}{"',
         '"é😀"',
+        # event_time shapes next to the agent's own (the fast path pins that one exactly)
+        '"2026-11-21T04:10:00.12 Z"',
+        '"2026-11-21T04:10:00.1\\tZ"',
+        '"2026-11-21T04:10:00.   Z"',
+        '"0026-11-21T04:10:00.000Z"',
+        '"+026-11-21T04:10:00.000Z"',
+        '"2026-11-21 04:10:00.000Z"',
+        # what a JSON number, boolean or array looks like as a string, or does not
+        '"0.1.0"',
+        '"-5"',
+        '"1:2"',
+        '"[1]"',
+        '"false"',
+        '"-Infinity"',
+        # an object left open: its last brace closes the inner one
+        '{"x":1',
+        "{",
     ]
 )
 
@@ -178,6 +195,12 @@ def _same(a, b) -> bool:
 )
 @given(st.lists(records, min_size=40, max_size=80))
 def test_spark_decoder_agrees_with_validate(spark, values: list[bytes]) -> None:
+    _agree(spark, values)
+
+
+def _agree(spark, values: list[bytes]) -> None:
+    """The Spark decoder and ``validate`` give each record the same reason, detail, event
+    time and values."""
     decoder = parse.Decoder(max_age_s=MAX_AGE_S, max_future_s=MAX_FUTURE_S)
     got = decoder(_raw(spark, values), now=NOW.timestamp()).collect()
     assert len(got) == len(values)
@@ -189,3 +212,63 @@ def test_spark_decoder_agrees_with_validate(spark, values: list[bytes]) -> None:
             assert int(row.ts.timestamp() * 1e6) // 1000 == want.ts_us // 1000, raw
             for f in events.FIELDS:
                 assert _same(row[f.name], want.event.get(f.name)), (f.name, raw)
+
+
+def _edge_records() -> list[bytes]:
+    """Records at the fast path's edges, each checked on every run (the random ones above may
+    miss them): event_time shapes next to the agent's own, strings that look like a number,
+    boolean or array, and objects that are left open or followed by more."""
+    base = {
+        "schema": 1,
+        "kind": "heartbeat",
+        "event_time": _time(-60),
+        "host": "h1",
+        "agent_id": "a-1",
+        "seq": 1,
+        "version": "0.1.0",
+    }
+    text = json.dumps(base, separators=(",", ":"))
+    stamp = _time(-60)
+    out = [text.encode()]
+    for et in [
+        stamp[:-2] + " Z",
+        stamp[:-2] + "\tZ",
+        stamp[:-4] + "   Z",
+        stamp[:-2] + "\u00e9Z",
+        stamp[:-1] + " ",
+        stamp.replace("T", " "),
+        "0026" + stamp[4:],
+        "+026" + stamp[4:],
+        " 026" + stamp[4:],
+        "1969-12-31T23:59:59.999Z",
+        stamp[:-5] + "Z",
+        stamp[:-1] + "+00:00",
+    ]:
+        out.append(json.dumps({**base, "event_time": et}).encode())
+    for host in ["0.1.0", "-5", "1:2", "[1]", "[1", "false", "true", "-Infinity", "10.0.0.1"]:
+        out.append(json.dumps({**base, "host": host}).encode())
+    for token in [
+        "-5",
+        "1e400",
+        "[1]",
+        '["a:b"]',
+        "false",
+        '{"a":1}',
+        "-0",
+        "12345678901234567890",
+    ]:
+        out.append(text.replace('"h1"', token).encode())
+    out += [
+        text.replace('"h1"', '{"x":1').encode(),  # open: the last brace closes the inner object
+        text.replace('"h1"', "{").encode(),
+        (text[:-1] + ',"extra":{"a":[1,{}]}}').encode(),
+        (text + "{}").encode(),
+        (text + " }").encode(),
+        (text[:-1] + "}}").encode(),
+        ("{" + text).encode(),
+    ]
+    return out
+
+
+def test_spark_decoder_agrees_with_validate_at_the_edges(spark) -> None:
+    _agree(spark, _edge_records())
