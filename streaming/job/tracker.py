@@ -29,8 +29,7 @@ from streaming.detectors import DETECTORS, detect_all
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key
-from streaming.schema.times import epoch as _epoch
-from streaming.schema.times import iso
+from streaming.schema.times import epoch, iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
 # What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend) plus
@@ -92,7 +91,7 @@ class Tracker:
         self.held = state["held"]
         self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
         self.max_window_end = state["max_window_end"]
-        self._stale_end = {s: _epoch(ws[-1].window_end) for s, ws in self.history.items()}
+        self._stale_end = {s: epoch(ws[-1].window_end) for s, ws in self.history.items()}
         self._stale_heap = [(end, s) for s, end in self._stale_end.items()]
         heapq.heapify(self._stale_heap)
         self._expire_heap = []
@@ -121,7 +120,7 @@ class Tracker:
         # One live entry per series: pushed when its newest end moved, or when its entry was
         # already taken for the stale check (the newest window may have fired again since).
         for series in touched:
-            end = _epoch(self.history[series][-1].window_end)
+            end = epoch(self.history[series][-1].window_end)
             if self._stale_end.get(series) != end:
                 self._stale_end[series] = end
                 heapq.heappush(self._stale_heap, (end, series))
@@ -153,7 +152,7 @@ class Tracker:
         return aggs
 
     def _end_of(self, start: str) -> str:
-        return iso(_epoch(start) + self.cfg.window_s)  # type: ignore[return-value]
+        return iso(epoch(start) + self.cfg.window_s)  # type: ignore[return-value]
 
     def _update(self, agg: Aggregate, out: Output) -> None:
         windows = self.history.setdefault(agg.series, [])
@@ -192,7 +191,7 @@ class Tracker:
 
     def _previous_held(self, agg: Aggregate) -> set[str]:
         """Kinds that held in the window just before ``agg`` (empty if there was none)."""
-        before = iso(_epoch(agg.window_start) - self.cfg.window_s)
+        before = iso(epoch(agg.window_start) - self.cfg.window_s)
         return set(self.held.get(agg.series, {}).get(before, []))
 
     @staticmethod
@@ -217,13 +216,13 @@ class Tracker:
         """Windows ending before this can no longer matter to any detector."""
         if self.max_window_end is None:
             return None
-        return _epoch(self.max_window_end) - self._keep_s
+        return epoch(self.max_window_end) - self._keep_s
 
     def _resolve_stale(self, out: Output) -> None:
         """Resolve firing findings of series without a window for ``finding_stale_s``."""
         if self.max_window_end is None:
             return
-        stale = _epoch(self.max_window_end) - self.cfg.finding_stale_s
+        stale = epoch(self.max_window_end) - self.cfg.finding_stale_s
         due: set[str] = set()  # resolving removes a key: each must come once
         while self._stale_heap and self._stale_heap[0][0] < stale:
             end, series = heapq.heappop(self._stale_heap)
@@ -245,7 +244,7 @@ class Tracker:
         while horizon is not None and self._expire_heap and self._expire_heap[0][0] < horizon:
             end, series = heapq.heappop(self._expire_heap)
             ws = self.history.get(series)
-            if ws and _epoch(ws[-1].window_end) == end:
+            if ws and epoch(ws[-1].window_end) == end:
                 self._prune_series(series, horizon)
 
     def _prune_series(self, series: str, horizon: float | None) -> None:
@@ -257,9 +256,9 @@ class Tracker:
         keep = [
             w
             for w in ws[:-2]
-            if _epoch(w.window_end) >= horizon
+            if epoch(w.window_end) >= horizon
             and (w.opens or w.closes_after_idle or w.close_wait_count)
-        ] + [w for w in ws[-2:] if _epoch(w.window_end) >= horizon]
+        ] + [w for w in ws[-2:] if epoch(w.window_end) >= horizon]
         if len(keep) == len(ws):
             return
         if keep:
