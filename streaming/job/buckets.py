@@ -8,9 +8,10 @@ batch that touches the bucket. Spark calls a Python stateful processor once per 
 at a few milliseconds each, so a key per series would not keep up with a fleet; a bucket of
 series amortises that call.
 
-A bucket's input for one ingest batch is its partial rows plus a *tick*: the fleet's newest
-event time so far. The tick reaches every bucket each batch, so windows close and findings of
-quiet series resolve on the fleet's event time, as if one process held every series.
+A bucket's input for one ingest batch is its partial rows and, now and then, a *tick*: the
+fleet's newest event time so far, sent to every bucket. A bucket with rows learns event time
+from them; the ticks close the windows and resolve the findings of quiet buckets on the fleet's
+event time, as if one process held every series.
 """
 
 from __future__ import annotations

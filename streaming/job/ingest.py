@@ -1,7 +1,8 @@
 """The ``foreachBatch`` step of the ingest query: a micro-batch of raw records -> decoded ->
 partial window rows (one Spark aggregation) -> written, keyed by state bucket, for the state
-query; then one tick per bucket with the fleet's newest event time; dead letters when the batch
-has any. The driver handles counts only: partial rows go from the executors to their sink.
+query; then, when the fleet's event time has moved on by ``tick_every_s``, one tick per bucket
+with the fleet's newest event time; dead letters when the batch has any. The driver handles
+counts only: partial rows go from the executors to their sink.
 
 Decoding happens here, not on the stream: Spark hands ``foreachBatch`` its batch as an already
 computed RDD, so columns computed before it are computed in full for every row and every action
@@ -64,6 +65,11 @@ def bucket_key(run_id: str, bucket: int | str) -> str:
     return f"{run_id}:{bucket}"
 
 
+def tick_due(ticked: float | None, newest: float | None, every_s: float) -> bool:
+    """Whether the fleet's newest event time has moved on enough since the last tick."""
+    return newest is not None and (ticked is None or newest - ticked >= every_s)
+
+
 def count_rows(rows: Iterable[Any], counts: BatchCounts) -> Iterable[Any]:
     """Pass the valid rows through, counting every row's events by reason."""
     for r in rows:
@@ -88,6 +94,7 @@ class Ingest:
         write_dead_letters: Callable[[DataFrame, int], None],
         max_age_s: float | None = None,
         max_future_s: float | None = None,
+        tick_every_s: float = 0.0,
     ) -> None:
         self.cfg = cfg
         self.run_id = run_id
@@ -98,6 +105,10 @@ class Ingest:
         self.max_age_s = max_age_s
         self.max_future_s = max_future_s
         self.max_event_s: float | None = None  # newest event time since the job started
+        # Every tick wakes every bucket (a Python call each, milliseconds): a bucket with rows
+        # learns event time from them, so quiet buckets need the fleet's time only now and then.
+        self.tick_every_s = tick_every_s
+        self._ticked: float | None = None  # event time of the last tick
         self.dead_letter_total = 0
         self.stats: BatchStats | None = None
 
@@ -139,8 +150,10 @@ class Ingest:
         ):
             self.max_event_s = counts.max_event_s
         # After the partial rows: on each bucket's partition a tick follows its batch's rows.
-        tick = {"batch": batch_id, TICK: self.max_event_s}
-        self.write_ticks([(bucket_key(self.run_id, b), tick) for b in range(self.buckets)])
+        if tick_due(self._ticked, self.max_event_s, self.tick_every_s):
+            tick = {"batch": batch_id, TICK: self.max_event_s}
+            self.write_ticks([(bucket_key(self.run_id, b), tick) for b in range(self.buckets)])
+            self._ticked = self.max_event_s
         self.dead_letter_total += sum(counts.rejected.values())
         wm = None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
         self.stats = BatchStats(

@@ -293,6 +293,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         kafka_dead_letter_writer(s, errors),
         max_age_s=s.max_event_age_s,
         max_future_s=s.max_event_future_s,
+        tick_every_s=s.detectors.window_s / 4,
     )
 
     def publish_status(st: JobStatus) -> None:

@@ -105,11 +105,14 @@ def job_config(home: str, detector: DetectorConfig, checkpoint: Path) -> dict[st
             "findings_topic": FINDINGS,
             "deadletter_topic": DEADLETTER,
             "status_topic": JOB_STATUS,
+            "partials_topic": PARTIALS,
             "master": "local[2]",
             "checkpoint": str(checkpoint),
             "trigger": JOB_TRIGGER,
             "starting_offsets": "earliest",
             "shuffle_partitions": 2,
+            # A demo's few dozen series: each bucket costs a Python call per batch.
+            "state_buckets": 16,
         },
         "detectors": dataclasses.asdict(detector),
     }

@@ -66,6 +66,7 @@ class Topics:
             deadletter_topic=self.deadletter,
             status_topic=self.status,
             partials_topic=self.partials,
+            state_buckets=16,  # a few series each: each bucket costs a Python call per batch
             trigger="1s",
             starting_offsets="earliest",
             shuffle_partitions=2,
@@ -78,7 +79,7 @@ class Topics:
             "--bootstrap-servers", self.bootstrap, "--events-topic", self.events,
             "--aggregates-topic", self.aggregates, "--findings-topic", self.findings,
             "--deadletter-topic", self.deadletter, "--status-topic", self.status,
-            "--partials-topic", self.partials,
+            "--partials-topic", self.partials, "--state-buckets", "16",
             "--trigger", "1s", "--starting-offsets", "earliest", "--shuffle-partitions", "2",
         ]  # fmt: skip
 

@@ -129,3 +129,13 @@ def test_output_rows_list_aggregates_then_findings_then_stats():
     pdf = output_frame(b.process([row]))
     assert list(pdf["kind"]) == ["aggregates", "findings", "stats"]
     assert pdf["key"][0] == "client|web-1|orders|prod|1"
+
+
+def test_ticks_go_out_once_the_fleets_time_moved_on_enough():
+    from streaming.job.ingest import tick_due
+
+    assert not tick_due(None, None, 15.0)  # no event yet
+    assert tick_due(None, T0, 15.0)  # the first one
+    assert not tick_due(T0, T0 + 14.9, 15.0)
+    assert tick_due(T0, T0 + 15.0, 15.0)
+    assert tick_due(T0, T0, 0.0)  # replay: every batch
