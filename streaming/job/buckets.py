@@ -8,10 +8,13 @@ batch that touches the bucket. Spark calls a Python stateful processor once per 
 at a few milliseconds each, so a key per series would not keep up with a fleet; a bucket of
 series amortises that call.
 
-A bucket's input for one ingest batch is its partial rows and, now and then, a *tick*: the
-fleet's newest event time so far, sent to every bucket. A bucket with rows learns event time
-from them; the ticks close the windows and resolve the findings of quiet buckets on the fleet's
-event time, as if one process held every series.
+A bucket's input for one ingest batch is its partial rows, then an *end* marker that the driver
+writes once every row of the batch is written: the state query may read a batch's rows across
+two of its own batches, and a window must be judged on all of them, as when one process read
+the batch. Rows wait in the bucket's state until their batch's end arrives. Now and then an end
+marker carries a *tick*, the fleet's newest event time, and goes to every bucket: a bucket with
+rows learns event time from them; the ticks close the windows and resolve the findings of quiet
+buckets on the fleet's event time, as if one process held every series.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column
 
-TICK = "tick"  # a record that carries the fleet's newest event time, not a partial row
+END = "end"  # a record that closes an ingest batch for a bucket, not a partial row
+TICK = "tick"  # in an end record: the fleet's newest event time
 # What the stateful operator emits: records for the aggregates and findings topics, and one
 # ``stats`` row per bucket and batch.
 OUTPUT_SCHEMA = "kind string, key string, value string"
@@ -79,6 +83,7 @@ class Bucket:
         self.cfg = cfg
         self.windows = OpenWindows(cfg.window_s, cfg.watermark_s)
         self.tracker = Tracker(cfg, clock)
+        self.pending: list[dict[str, Any]] = []  # rows of batches whose end has not come yet
 
     @classmethod
     def load(
@@ -89,41 +94,58 @@ class Bucket:
             doc = orjson.loads(zlib.decompress(blob))
             b.windows.load_state(doc["windows"])
             b.tracker.load_state(doc["tracker"])
+            b.pending = doc["pending"]
         return b
 
     def dump(self) -> bytes:
-        doc = {"windows": self.windows.to_state(), "tracker": self.tracker.to_state()}
+        doc = {
+            "windows": self.windows.to_state(),
+            "tracker": self.tracker.to_state(),
+            "pending": self.pending,
+        }
         return zlib.compress(orjson.dumps(doc), 1)
 
     def empty(self) -> bool:
         """Nothing left to remember: the state can be dropped (the next tick brings the
         fleet's event time back)."""
         t = self.tracker
-        return not (self.windows.open or t.history or t.findings)
+        return not (self.windows.open or t.history or t.findings or self.pending)
 
     def process(self, records: Iterable[Mapping[str, Any]], latest_only: bool = True) -> Emitted:
-        """Partial rows and ticks of one or more ingest batches, applied batch by batch."""
+        """Partial rows and end markers: each ingest batch whose end arrived is applied, in
+        batch order, with all its rows; rows of a batch not yet ended wait."""
         em = Emitted()
-        by_batch = sorted(records, key=lambda r: r.get("batch") or 0)
-        for _batch, group in itertools.groupby(by_batch, key=lambda r: r.get("batch") or 0):
-            parts, tick = [], None
-            for r in group:
-                if TICK in r:
-                    tick = r[TICK] if tick is None else max(tick, r[TICK])
-                else:
-                    parts.append(r)
-            result = self.windows.apply(parts)
-            self.windows.advance(tick)
-            self.windows.evict()
-            em.late += result.late
-            em.duplicates += result.duplicates
-            aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
-            out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
-            em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
-            em.findings += [(f.key, f.to_dict()) for f in out.findings]
+        ends: dict[int, float | None] = {}  # batch -> its tick (None: none)
+        for r in records:
+            if END in r:
+                t, prev = r.get(TICK), ends.get(r["batch"])
+                ends[r["batch"]] = prev if t is None else t if prev is None else max(prev, t)
+            else:
+                self.pending.append(dict(r))
+        for batch in sorted(ends):
+            due = sorted((r for r in self.pending if r["batch"] <= batch), key=lambda r: r["batch"])
+            self.pending = [r for r in self.pending if r["batch"] > batch]
+            groups = {b: list(rows) for b, rows in itertools.groupby(due, lambda r: r["batch"])}
+            groups.setdefault(batch, [])
+            for b in sorted(groups):
+                self._apply(groups[b], ends[batch] if b == batch else None, em)
         if latest_only:  # a compacted topic: only a series' newest window matters
             em.aggregates = list(dict(em.aggregates).items())
         return em
+
+    def _apply(self, parts: list[dict[str, Any]], tick: float | None, em: Emitted) -> None:
+        """One ingest batch's rows (or only its tick) through windows, detectors, findings."""
+        if not parts and tick is None:
+            return
+        result = self.windows.apply(parts)
+        self.windows.advance(tick)
+        self.windows.evict()
+        em.late += result.late
+        em.duplicates += result.duplicates
+        aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
+        out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
+        em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
+        em.findings += [(f.key, f.to_dict()) for f in out.findings]
 
     def _fleet_end(self) -> str | None:
         t = self.windows.max_event_s

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import parse, partial_rows
-from streaming.job.buckets import TICK, bucket_column
+from streaming.job.buckets import END, TICK, bucket_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -47,14 +47,15 @@ class BatchCounts:
 
     events: Counter[str] = field(default_factory=Counter)  # reason ("" = valid) -> records
     max_event_s: float | None = None
+    buckets: set[int] = field(default_factory=set)  # buckets that got rows
 
     @property
     def rejected(self) -> dict[str, int]:
         return {r: n for r, n in self.events.items() if r}
 
 
-# Writes a batch's partial rows (``key``, ``value``, ``reason``, ``events``, ``last_event_s``)
-# and returns the counts; writes ticks ``(key, value)``.
+# Writes a batch's partial rows (``bucket``, ``key``, ``value``, ``reason``, ``events``,
+# ``last_event_s``) and returns the counts; writes end markers ``(key, value)``.
 PartialsWriter = Callable[["DataFrame", int], BatchCounts]
 TickWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
 
@@ -75,6 +76,7 @@ def count_rows(rows: Iterable[Any], counts: BatchCounts) -> Iterable[Any]:
     for r in rows:
         counts.events[r.reason or ""] += r.events
         if r.reason is None:
+            counts.buckets.add(r.bucket)
             t = r.last_event_s
             if t is not None and (counts.max_event_s is None or t > counts.max_event_s):
                 counts.max_event_s = t
@@ -131,6 +133,7 @@ class Ingest:
         value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
         key = F.concat(F.lit(f"{self.run_id}:"), bucket_column(self.buckets).cast("string"))
         return parts.select(
+            bucket_column(self.buckets).alias("bucket"),
             F.when(F.col("reason").isNull(), key).alias("key"),
             F.when(F.col("reason").isNull(), value).alias("value"),
             "reason",
@@ -149,11 +152,16 @@ class Ingest:
             self.max_event_s is None or counts.max_event_s > self.max_event_s
         ):
             self.max_event_s = counts.max_event_s
-        # After the partial rows: on each bucket's partition a tick follows its batch's rows.
+        # After the partial rows, on each bucket's partition: the end of this batch, for the
+        # buckets that got rows, or for every bucket with the fleet's time when a tick is due.
+        end: dict[str, Any] = {"batch": batch_id, END: True}
         if tick_due(self._ticked, self.max_event_s, self.tick_every_s):
-            tick = {"batch": batch_id, TICK: self.max_event_s}
-            self.write_ticks([(bucket_key(self.run_id, b), tick) for b in range(self.buckets)])
-            self._ticked = self.max_event_s
+            end[TICK], self._ticked = self.max_event_s, self.max_event_s
+            to = range(self.buckets)
+        else:
+            to = sorted(counts.buckets)
+        if to:
+            self.write_ticks([(bucket_key(self.run_id, b), end) for b in to])
         self.dead_letter_total += sum(counts.rejected.values())
         wm = None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
         self.stats = BatchStats(
@@ -170,8 +178,10 @@ class Ingest:
 
 
 def merge_counts(into: BatchCounts, other: Mapping[str, Any]) -> None:
-    """Fold counts sent back from an executor (``{"events": {...}, "max_event_s": t}``)."""
+    """Fold counts sent back from an executor (``{"events": {...}, "max_event_s": t,
+    "buckets": [...]}``)."""
     into.events.update(other.get("events") or {})
+    into.buckets.update(other.get("buckets") or ())
     t = other.get("max_event_s")
     if t is not None and (into.max_event_s is None or t > into.max_event_s):
         into.max_event_s = t
@@ -181,9 +191,13 @@ class CountsParam:
     """Spark accumulator of ``BatchCounts`` (as plain dicts) from the executors."""
 
     def zero(self, _value: dict) -> dict:
-        return {"events": {}, "max_event_s": None}
+        return {"events": {}, "max_event_s": None, "buckets": []}
 
     def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - Spark's API
-        c = BatchCounts(Counter(a["events"]), a["max_event_s"])
+        c = BatchCounts(Counter(a["events"]), a["max_event_s"], set(a["buckets"]))
         merge_counts(c, b)
-        return {"events": dict(c.events), "max_event_s": c.max_event_s}
+        return {
+            "events": dict(c.events),
+            "max_event_s": c.max_event_s,
+            "buckets": sorted(c.buckets),
+        }

@@ -1,8 +1,9 @@
 """Where the stream is wired. The job is two queries sharing one checkpoint:
 
 - **ingest** (``aggregates``): events topic -> decode -> partial window rows per series, written
-  from the executors to the partials topic keyed by state bucket, plus a tick per bucket with
-  the fleet's newest event time; rejected records to the dead-letter topic.
+  from the executors to the partials topic keyed by state bucket; rejected records to the
+  dead-letter topic; then an end marker per bucket written to (now and then to every bucket,
+  with the fleet's newest event time).
 - **state**: partials topic -> Spark's state store, one key per bucket (``buckets``) -> merged
   windows, detectors, finding lifecycle -> aggregates and findings, written from the executors.
 
@@ -37,7 +38,7 @@ from streaming.job.checkpoint import (
     last_commit,
     open_checkpoint,
 )
-from streaming.job.ingest import BatchCounts, CountsParam, Ingest, count_rows
+from streaming.job.ingest import BatchCounts, CountsParam, Ingest, count_rows, merge_counts
 from streaming.job.session import connector_package
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import (
@@ -145,7 +146,7 @@ def produce_partials(
     every row counted."""
     c = BatchCounts()
     produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c))
-    counts.add({"events": dict(c.events), "max_event_s": c.max_event_s})
+    counts.add({"events": dict(c.events), "max_event_s": c.max_event_s, "buckets": list(c.buckets)})
 
 
 def produce_state(
@@ -266,8 +267,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         )
         _add_errors(errors, errs.value)
         c = BatchCounts()
-        c.events.update(counts.value["events"])
-        c.max_event_s = counts.value["max_event_s"]
+        merge_counts(c, counts.value)
         return c
 
     def write_ticks(records: list[tuple[str, dict[str, Any]]]) -> None:

@@ -8,7 +8,7 @@ import random
 import zlib
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.buckets import TICK, Bucket, output_frame, window_end_clock
+from streaming.job.buckets import END, TICK, Bucket, output_frame, window_end_clock
 from streaming.job.open_windows import flat_col
 
 CFG = DetectorConfig()
@@ -57,7 +57,7 @@ def _ticked(batches: list[list[dict]]) -> list[tuple[list[dict], dict]]:
     for b, rows in enumerate(batches):
         for r in rows:
             newest = r["last_event_s"] if newest is None else max(newest, r["last_event_s"])
-        out.append((rows, {"batch": b, TICK: newest}))
+        out.append((rows, {"batch": b, END: True, TICK: newest}))
     return out
 
 
@@ -101,18 +101,18 @@ def test_ticks_alone_resolve_a_quiet_series_and_empty_the_bucket():
     row[flat_col("CLOSE_WAIT", "count")] = 5
     row[flat_col("CLOSE_WAIT", "t")] = T0 + 5
     row[flat_col("CLOSE_WAIT", "oldest_state_age_s")] = 600.0
-    em = b.process([row, {"batch": 0, TICK: T0 + 5}])
+    em = b.process([row, {"batch": 0, END: True, TICK: T0 + 5}])
     assert [f["status"] for _, f in em.findings] == ["firing"]
-    em = b.process([{"batch": 1, TICK: T0 + 1000}])  # only other series moved on
+    em = b.process([{"batch": 1, END: True, TICK: T0 + 1000}])  # only other series moved on
     assert [f["status"] for _, f in em.findings] == ["resolved"]
-    b.process([{"batch": 2, TICK: T0 + 4000}])
+    b.process([{"batch": 2, END: True, TICK: T0 + 4000}])
     assert b.empty()
 
 
 def test_saved_state_is_compressed_and_round_trips():
     b = Bucket(CFG, window_end_clock)
     rng = random.Random(1)
-    b.process([_row(T0 + 5, f"web-{h}", 0, rng) for h in range(50)])
+    b.process([*(_row(T0 + 5, f"web-{h}", 0, rng) for h in range(50)), {"batch": 0, END: True}])
     blob = b.dump()
     assert len(blob) < len(zlib.decompress(blob)) / 3
     again = Bucket.load(blob, CFG, window_end_clock)
@@ -126,7 +126,7 @@ def test_output_rows_list_aggregates_then_findings_then_stats():
     row[flat_col("CLOSE_WAIT", "count")] = 5
     row[flat_col("CLOSE_WAIT", "t")] = T0 + 5
     row[flat_col("CLOSE_WAIT", "oldest_state_age_s")] = 600.0
-    pdf = output_frame(b.process([row]))
+    pdf = output_frame(b.process([row, {"batch": 0, END: True}]))
     assert list(pdf["kind"]) == ["aggregates", "findings", "stats"]
     assert pdf["key"][0] == "client|web-1|orders|prod|1"
 
@@ -139,3 +139,23 @@ def test_ticks_go_out_once_the_fleets_time_moved_on_enough():
     assert not tick_due(T0, T0 + 14.9, 15.0)
     assert tick_due(T0, T0 + 15.0, 15.0)
     assert tick_due(T0, T0, 0.0)  # replay: every batch
+
+
+def test_a_batch_read_in_two_parts_waits_for_its_end():
+    """The state query may read half of an ingest batch's rows in one of its batches and the
+    rest in the next: nothing is judged before the batch's end, then all of it at once."""
+    for seed in (4, 5):
+        whole = [*_one_process(seed)]
+        b = Bucket(CFG, window_end_clock)
+        saved = None
+        findings, aggs, late = [], [], 0
+        for rows, end in _ticked(_workload(seed)):
+            half = len(rows) // 2
+            for part in (rows[:half], [*rows[half:], end]):  # restored in between
+                b = Bucket.load(saved, CFG, window_end_clock)
+                em = b.process(part, latest_only=False)
+                saved = b.dump()
+                findings += em.findings
+                aggs += em.aggregates
+                late += em.late
+        assert (findings, aggs, late) == tuple(whole), f"seed {seed}"
