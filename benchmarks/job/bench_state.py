@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from streaming.detectors.config import DetectorConfig  # noqa: E402
-from streaming.job.buckets import TICK, Bucket, window_end_clock  # noqa: E402
+from streaming.job.buckets import END, TICK, Bucket, window_end_clock  # noqa: E402
 from streaming.job.open_windows import flat_col  # noqa: E402
 
 T0 = 1_795_000_000.0  # a window start
@@ -79,7 +79,7 @@ def main() -> int:
     for b in range(args.batches):
         t = T0 + args.trigger * (b + 1)
         rows = batch_rows(args.series, t, args.interval, args.trigger)
-        tick = {"batch": b, TICK: t}
+        tick = {"batch": b, END: True, TICK: t}
         for r in rows:
             r["batch"] = b
         t0 = time.process_time()
