@@ -23,7 +23,7 @@ import itertools
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +111,7 @@ class Bucket:
         t = self.tracker
         return not (self.windows.open or t.history or t.findings or self.pending)
 
-    def process(self, records: Iterable[Mapping[str, Any]], latest_only: bool = True) -> Emitted:
+    def process(self, records: Iterable[dict[str, Any]], latest_only: bool = True) -> Emitted:
         """Partial rows and end markers: each ingest batch whose end arrived is applied, in
         batch order, with all its rows; rows of a batch not yet ended wait."""
         em = Emitted()
@@ -121,7 +121,7 @@ class Bucket:
                 t, prev = r.get(TICK), ends.get(r["batch"])
                 ends[r["batch"]] = prev if t is None else t if prev is None else max(prev, t)
             else:
-                self.pending.append(dict(r))
+                self.pending.append(r)
         for batch in sorted(ends):
             due = sorted((r for r in self.pending if r["batch"] <= batch), key=lambda r: r["batch"])
             self.pending = [r for r in self.pending if r["batch"] > batch]

@@ -57,12 +57,13 @@ class BatchCounts:
 # Writes a batch's partial rows (``bucket``, ``key``, ``value``, ``reason``, ``events``,
 # ``last_event_s``) and returns the counts; writes end markers ``(key, value)``.
 PartialsWriter = Callable[["DataFrame", int], BatchCounts]
-TickWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
+EndWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
 
 
 def bucket_key(run_id: str, bucket: int | str) -> str:
-    """Kafka key of a partial row or tick: one bucket's rows stay in order on one partition,
-    and rows of another checkpoint's run are told apart."""
+    """Kafka key of a partial row or end marker: one bucket's records stay in order on one
+    partition, and records of another checkpoint's run are told apart (``bucket_key(run, "")``
+    is the run's prefix)."""
     return f"{run_id}:{bucket}"
 
 
@@ -92,7 +93,7 @@ class Ingest:
         run_id: str,
         buckets: int,
         write_partials: PartialsWriter,
-        write_ticks: TickWriter,
+        write_ends: EndWriter,
         write_dead_letters: Callable[[DataFrame, int], None],
         max_age_s: float | None = None,
         max_future_s: float | None = None,
@@ -102,7 +103,7 @@ class Ingest:
         self.run_id = run_id
         self.buckets = buckets
         self.write_partials = write_partials
-        self.write_ticks = write_ticks
+        self.write_ends = write_ends
         self.write_dead_letters = write_dead_letters
         self.max_age_s = max_age_s
         self.max_future_s = max_future_s
@@ -119,9 +120,8 @@ class Ingest:
         return parse.Decoder(self.max_age_s, self.max_future_s)
 
     @cached_property
-    def aggregate(
-        self,
-    ) -> partial_rows.PartialRows:  # built on first use: Columns need a SparkContext
+    def aggregate(self) -> partial_rows.PartialRows:
+        """Built on first use: Spark columns need a SparkContext."""
         return partial_rows.PartialRows(self.cfg)
 
     def rows(self, decoded: DataFrame, batch_id: int) -> DataFrame:
@@ -131,9 +131,9 @@ class Ingest:
         parts = self.aggregate(decoded)
         fields = [F.col(c) for c in parts.columns if c != "reason"]
         value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
-        key = F.concat(F.lit(f"{self.run_id}:"), bucket_column(self.buckets).cast("string"))
-        return parts.select(
-            bucket_column(self.buckets).alias("bucket"),
+        key = F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string"))
+        return parts.withColumn("bucket", bucket_column(self.buckets)).select(
+            "bucket",
             F.when(F.col("reason").isNull(), key).alias("key"),
             F.when(F.col("reason").isNull(), value).alias("value"),
             "reason",
@@ -161,14 +161,14 @@ class Ingest:
         else:
             to = sorted(counts.buckets)
         if to:
-            self.write_ticks([(bucket_key(self.run_id, b), end) for b in to])
+            self.write_ends([(bucket_key(self.run_id, b), end) for b in to])
         self.dead_letter_total += sum(counts.rejected.values())
         wm = None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
         self.stats = BatchStats(
             batch_id, wm, self.max_event_s, self.dead_letter_total, 0, sum(counts.events.values())
         )
         log.info(
-            "batch %d: %d record(s), %d rejected; partial rows %.2fs, dead letters and ticks %.2fs",
+            "batch %d: %d record(s), %d rejected; partial rows %.2fs, dead letters and ends %.2fs",
             batch_id,
             sum(counts.events.values()),
             sum(counts.rejected.values()),

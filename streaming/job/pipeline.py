@@ -38,7 +38,14 @@ from streaming.job.checkpoint import (
     last_commit,
     open_checkpoint,
 )
-from streaming.job.ingest import BatchCounts, CountsParam, Ingest, count_rows, merge_counts
+from streaming.job.ingest import (
+    BatchCounts,
+    CountsParam,
+    Ingest,
+    bucket_key,
+    count_rows,
+    merge_counts,
+)
 from streaming.job.session import connector_package
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import (
@@ -108,14 +115,10 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
 
 # ---- the state query's source ---------------------------------------------------------------
 def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFrame:
-    """The partials topic: this checkpoint's rows, as ``bucket``/``value``."""
-    opts = {
-        "kafka.bootstrap.servers": s.bootstrap_servers,
-        "subscribe": s.partials_topic,
-        "startingOffsets": "earliest",
-        "failOnDataLoss": str(s.fail_on_data_loss).lower(),
-    }
-    opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
+    """The partials topic: this checkpoint's records, as ``bucket``/``value``. Read whole each
+    trigger (no ``maxOffsetsPerTrigger``): partial rows are few per series and batch."""
+    opts = kafka_options(s) | {"subscribe": s.partials_topic, "startingOffsets": "earliest"}
+    opts.pop("maxOffsetsPerTrigger", None)
     raw = spark.readStream.format("kafka").options(**opts).load()
     return _by_bucket(
         raw.select(F.col("key").cast("string"), F.col("value").cast("string")), run_id
@@ -123,8 +126,7 @@ def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFra
 
 
 def _by_bucket(df: DataFrame, run_id: str) -> DataFrame:
-    prefix = f"{run_id}:"
-    return df.where(F.col("key").startswith(prefix)).select(
+    return df.where(F.col("key").startswith(bucket_key(run_id, ""))).select(
         F.substring_index("key", ":", -1).cast("int").alias("bucket"), "value"
     )
 
@@ -132,7 +134,8 @@ def _by_bucket(df: DataFrame, run_id: str) -> DataFrame:
 def state_stream(
     partials: DataFrame, cfg: DetectorConfig, clock: Any, latest_only: bool
 ) -> DataFrame:
-    """Partial rows and ticks -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state store."""
+    """Partial rows and end markers -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
+    store."""
     return partials.groupBy("bucket").transformWithStateInPandas(
         buckets.make_processor(cfg, clock, latest_only), buckets.OUTPUT_SCHEMA, "Update", "None"
     )
@@ -229,7 +232,6 @@ class StateTotals:
     """The state query's counts since the job started."""
 
     late: int = 0
-    duplicates: int = 0
 
 
 def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) -> RunningJob:
@@ -252,7 +254,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
 
     errors = ProduceErrors()
     producer = dict(s.producer)
-    tick_sink = KafkaSink(s.bootstrap_servers, producer, errors)
+    end_sink = KafkaSink(s.bootstrap_servers, producer, errors)
     status_sink = KafkaSink(s.bootstrap_servers, producer, errors)
     totals = StateTotals()
     sc = spark.sparkContext
@@ -270,10 +272,10 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         merge_counts(c, counts.value)
         return c
 
-    def write_ticks(records: list[tuple[str, dict[str, Any]]]) -> None:
-        tick_sink.publish(s.partials_topic, records)
+    def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:
+        end_sink.publish(s.partials_topic, records)
 
-    def write_outputs(df: DataFrame, _batch_id: int) -> None:
+    def write_outputs(df: DataFrame, batch_id: int) -> None:
         errs = sc.accumulator({}, CounterParam())
         stats = sc.accumulator({}, CounterParam())
         topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
@@ -282,14 +284,19 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         )
         _add_errors(errors, errs.value)
         totals.late += stats.value.get("late", 0)
-        totals.duplicates += stats.value.get("duplicates", 0)
+        if stats.value.get("duplicates"):  # an ingest batch written again after a crash
+            log.info(
+                "state batch %d: %d partial row(s) already merged, skipped",
+                batch_id,
+                stats.value["duplicates"],
+            )
 
     ingest = Ingest(
         s.detectors,
         meta.run_id,
         meta.state_buckets,
         write_partials,
-        write_ticks,
+        write_ends,
         kafka_dead_letter_writer(s, errors),
         max_age_s=s.max_event_age_s,
         max_future_s=s.max_event_future_s,
@@ -323,7 +330,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
-    job = RunningJob(spark, queries, listener, [tick_sink, status_sink], temp_dirs)
+    job = RunningJob(spark, queries, listener, [end_sink, status_sink], temp_dirs)
     try:
         queries.append(state_writer.start())
         queries.append(ingest_writer.start())
@@ -371,8 +378,8 @@ def replay(
             _write_lines(folder / f"{batch_id:08d}.txt", [(r.key, r.value) for r in rows])
             return c
 
-        def write_ticks(records: list[tuple[str, dict[str, Any]]]) -> None:
-            path = folder / f"{len(list(folder.iterdir())):08d}-ticks.txt"
+        def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:
+            path = folder / f"{records[0][1]['batch']:08d}-end.txt"
             _write_lines(path, [(k, dumps(v)) for k, v in records])
 
         ingest = Ingest(
@@ -380,7 +387,7 @@ def replay(
             REPLAY_RUN,
             state_buckets,
             write_partials,
-            write_ticks,
+            write_ends,
             keep_dead,
             max_age_s,
             max_future_s,

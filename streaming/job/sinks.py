@@ -9,10 +9,11 @@ batch, which is retried once the job restarts, so nothing is lost.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -95,19 +96,28 @@ class CounterParam:
         return a
 
 
+@contextlib.contextmanager
+def executor_sink(bootstrap: str, conf: Mapping[str, str], counts: Any) -> Iterator[KafkaSink]:
+    """A producer for one ``foreachPartition`` call: its refused records are added to the
+    ``CounterParam`` accumulator ``counts`` and it is closed at the end."""
+    sink = KafkaSink(bootstrap, conf)
+    try:
+        yield sink
+    finally:
+        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
+        sink.close()
+
+
+def _encoded(r: Any) -> tuple[bytes | None, bytes]:
+    return (None if r.key is None else r.key.encode(), r.value.encode())
+
+
 def produce_partition(
     topic: str, bootstrap: str, conf: Mapping[str, str], counts: Any, rows: Iterable[Any]
 ) -> None:
     """``foreachPartition`` body: write ``key``/``value`` rows from an executor."""
-    sink = KafkaSink(bootstrap, conf)
-    try:
-        sink.produce(
-            topic,
-            ((None if r.key is None else r.key.encode(), r.value.encode()) for r in rows),
-        )
-    finally:
-        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
-        sink.close()
+    with executor_sink(bootstrap, conf, counts) as sink:
+        sink.produce(topic, (_encoded(r) for r in rows))
 
 
 def produce_kinds(
@@ -124,17 +134,13 @@ def produce_kinds(
     other = []
     for r in rows:
         if r.kind in by_kind:
-            by_kind[r.kind].append((None if r.key is None else r.key.encode(), r.value.encode()))
+            by_kind[r.kind].append(_encoded(r))
         else:
             other.append(r)
-    sink = KafkaSink(bootstrap, conf)
-    try:
+    with executor_sink(bootstrap, conf, counts) as sink:
         for kind, topic in topics.items():
             if by_kind[kind]:
                 sink.produce(topic, by_kind[kind])
-    finally:
-        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
-        sink.close()
     return other
 
 
