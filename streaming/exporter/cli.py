@@ -11,8 +11,9 @@ from confluent_kafka import KafkaException
 
 from streaming.exporter import config as cfg
 from streaming.exporter.consumer import TopicReader
-from streaming.exporter.http import metrics_app, serve
+from streaming.exporter.http import metrics_app
 from streaming.exporter.store import Store
+from streaming.webserver import serve_endpoint
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +63,13 @@ def run(args: argparse.Namespace) -> int:
         kafka_config=args.kafka_config,
     )
     store = Store(conf.series_limit, conf.staleness_s, conf.finding_staleness_s)
-    auth = (
-        (conf.basic_auth_user, conf.basic_auth_password)
-        if conf.basic_auth_user and conf.basic_auth_password
-        else None
-    )
     try:
-        httpd, _ = serve(
+        httpd, _ = serve_endpoint(
             metrics_app(store),
             conf.listen_host,
             conf.listen_port,
-            conf.tls_cert_file,
-            conf.tls_key_file,
-            auth,
+            conf.security,
+            thread_name="connmon-exporter-http",
         )
     except OSError as exc:
         raise cfg.ConfigError(f"listen: cannot bind {args.listen}: {exc}") from exc
@@ -83,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
     except KafkaException as exc:
         httpd.shutdown()
         raise cfg.ConfigError(f"kafka-config: {exc}") from exc
-    scheme = "https" if conf.tls_cert_file else "http"
-    log.info("serving %s://%s:%d/metrics", scheme, conf.listen_host, conf.listen_port)
+    log.info("serving %s://%s:%d/metrics", conf.security.scheme, conf.listen_host, conf.listen_port)
 
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from streaming.errors import ConfigError
 from streaming.options import parse_pairs
+from streaming.webserver import EndpointSecurity, check_security
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
 DEFAULT_TOPICS = {
@@ -29,8 +29,15 @@ class ExporterConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     basic_auth_user: str | None = None
-    basic_auth_password: str | None = None
+    basic_auth_password: str | None = field(default=None, repr=False)
     kafka_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def security(self) -> EndpointSecurity:
+        """The /metrics endpoint's TLS and basic-auth settings."""
+        return EndpointSecurity(
+            self.tls_cert_file, self.tls_key_file, self.basic_auth_user, self.basic_auth_password
+        )
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -78,21 +85,9 @@ def build(
         raise ConfigError(f"staleness: {staleness_s} must be > 0 seconds")
     if finding_staleness_s <= 0:
         raise ConfigError(f"finding-staleness: {finding_staleness_s} must be > 0 seconds")
-    if bool(tls_cert_file) != bool(tls_key_file):
-        raise ConfigError("tls-cert-file/tls-key-file: give both or neither")
-    for setting, path in (("tls-cert-file", tls_cert_file), ("tls-key-file", tls_key_file)):
-        if path and not Path(path).is_file():
-            raise ConfigError(f"{setting}: {path} does not exist")
-    password = None
-    if bool(basic_auth_user) != bool(basic_auth_password_file):
-        raise ConfigError("basic-auth-user/basic-auth-password-file: give both or neither")
-    if basic_auth_password_file:
-        p = Path(basic_auth_password_file)
-        if not p.is_file():
-            raise ConfigError(f"basic-auth-password-file: {p} does not exist")
-        password = p.read_text().rstrip("\r\n")
-        if not password:
-            raise ConfigError(f"basic-auth-password-file: {p} is empty")
+    security = check_security(
+        tls_cert_file, tls_key_file, basic_auth_user, basic_auth_password_file, sep="-"
+    )
     return ExporterConfig(
         bootstrap_servers=bootstrap_servers.strip(),
         topics=topics,
@@ -101,10 +96,10 @@ def build(
         series_limit=series_limit,
         staleness_s=staleness_s,
         finding_staleness_s=finding_staleness_s,
-        tls_cert_file=tls_cert_file,
-        tls_key_file=tls_key_file,
-        basic_auth_user=basic_auth_user,
-        basic_auth_password=password,
+        tls_cert_file=security.tls_cert_file,
+        tls_key_file=security.tls_key_file,
+        basic_auth_user=security.basic_auth_user,
+        basic_auth_password=security.basic_auth_password,
         kafka_config=parse_pairs("kafka-config", kafka_config),
     )
 

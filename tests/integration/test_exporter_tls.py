@@ -1,34 +1,23 @@
-"""/metrics over TLS with basic auth, with a certificate made by openssl for this test."""
+"""/metrics over TLS with basic auth, with a certificate made by openssl for this test
+(``tls_cert`` in conftest.py)."""
 
 from __future__ import annotations
 
 import base64
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
 
-from streaming.exporter.http import metrics_app, serve
+from streaming.exporter.http import metrics_app
 from streaming.exporter.store import Store
 from streaming.stack.ports import free_port
+from streaming.webserver import serve
 
 
-@pytest.fixture
-def cert(tmp_path):
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(crt)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return crt, key
-
-
-def test_tls_and_basic_auth(cert) -> None:
-    crt, key = cert
+def test_tls_and_basic_auth(tls_cert) -> None:
+    crt, key = tls_cert
     app = metrics_app(Store(series_limit=7))
     port = free_port()
     httpd, thread = serve(app, "127.0.0.1", port, str(crt), str(key), ("prom", "pw"))

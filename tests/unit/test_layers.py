@@ -16,10 +16,11 @@ RUNTIME = {
     "schema": set(),
     "metricnames": set(),
     "prometheus_bin": set(),
-    "agent": {"schema", "metricnames", "errors", "options"},
+    "webserver": {"errors"},
+    "agent": {"schema", "metricnames", "errors", "options", "webserver"},
     "detectors": {"schema"},
     "job": {"detectors", "schema", "errors", "options"},
-    "exporter": {"schema", "metricnames", "errors", "options"},
+    "exporter": {"schema", "metricnames", "errors", "options", "webserver"},
     "mixin": {"detectors", "metricnames", "prometheus_bin"},
 }
 

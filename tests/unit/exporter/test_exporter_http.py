@@ -9,9 +9,10 @@ import urllib.request
 
 import pytest
 
-from streaming.exporter.http import metrics_app, serve
+from streaming.exporter.http import metrics_app
 from streaming.exporter.store import Store
 from streaming.stack.ports import free_port
+from streaming.webserver import serve
 
 
 @pytest.fixture
