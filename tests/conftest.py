@@ -46,8 +46,12 @@ def kafka_cluster_factory() -> Iterator[Callable]:
 
     started: list[KafkaCluster] = []
 
-    def make(brokers: int = 1, overrides: dict[str, str] | None = None) -> KafkaCluster:
-        cluster = KafkaCluster(brokers=brokers, overrides=overrides or {}, name="connmon-test")
+    def make(
+        brokers: int = 1, overrides: dict[str, str] | None = None, host: str = "127.0.0.1"
+    ) -> KafkaCluster:
+        cluster = KafkaCluster(
+            brokers=brokers, overrides=overrides or {}, name="connmon-test", host=host
+        )
         started.append(cluster)
         return cluster.start()
 

@@ -41,7 +41,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--summary-interval", type=float, dest="summary_interval_s", help="seconds")
     p.add_argument("--topic", dest="events_topic", help="events topic (default connmon.events)")
     p.add_argument("--metrics-address", help="HOST:PORT for /metrics ('' disables)")
+    p.add_argument("--tls-cert-file", help="serve /metrics over https with this certificate")
+    p.add_argument("--tls-key-file", help="the certificate's private key")
+    p.add_argument("--basic-auth-user", help="require basic auth on /metrics as this user")
+    p.add_argument("--basic-auth-password-file", help="file holding that user's password")
     p.add_argument("--collector", choices=("auto", "netlink", "proc"))
+    p.add_argument(
+        "--network-namespaces",
+        choices=agent_config.NETWORK_NAMESPACES,
+        help="scan every network namespace on the host (all, default) or only the agent's (own)",
+    )
     p.add_argument("--host", help="host name in events (default: this host's name)")
     p.add_argument("--queue-size", type=int, help="bounded local event queue (default 10000)")
     p.add_argument("--proc-root", help=argparse.SUPPRESS)
@@ -57,7 +66,12 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             "summary_interval_s",
             "events_topic",
             "metrics_address",
+            "tls_cert_file",
+            "tls_key_file",
+            "basic_auth_user",
+            "basic_auth_password_file",
             "collector",
+            "network_namespaces",
             "host",
             "queue_size",
             "proc_root",
@@ -93,10 +107,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if cfg.metrics_address:
         try:
-            metrics.serve(cfg.metrics_address)
+            metrics.serve(cfg.metrics_address, cfg.metrics_security)
         except OSError as exc:
             msg = f"metrics_address: cannot listen on {cfg.metrics_address}: {exc}"
             raise ConfigError(msg) from None
+        log.info("serving %s://%s/metrics", cfg.metrics_security.scheme, cfg.metrics_address)
     refresher.start()
 
     def stop(signum: int, _frame: Any) -> None:

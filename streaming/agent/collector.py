@@ -1,23 +1,33 @@
-"""Pick the socket collector: netlink sock_diag, or /proc/net/tcp when netlink is unavailable."""
+"""Pick the socket collector (netlink sock_diag, or /proc/net/tcp when netlink is unavailable)
+and run it in every network namespace on the host, or only in the agent's own."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
+from collections import Counter
 from collections.abc import Callable, Iterable
 
-from streaming.agent import netlink, procnet
+from streaming.agent import netlink, netns, procnet
 from streaming.agent.records import SocketRecord
 
 log = logging.getLogger(__name__)
 
 COLLECTORS = ("auto", "netlink", "proc")
+# all: every network namespace on the host that has a process; own: only the agent's.
+NAMESPACE_MODES = ("all", "own")
+# The process that held the namespace's handle exited between listing and opening it.
+_GONE = (errno.ENOENT, errno.ESRCH)
 
 
 class Collector:
     """``scan(ports)`` returns TCP sockets; ``name`` says which collector produced them.
 
     ``auto`` tries netlink and switches to /proc for good on the first OSError (EPERM in a
-    locked-down container, EPROTONOSUPPORT without inet_diag, ...).
+    locked-down container, EPROTONOSUPPORT without inet_diag, ...). With ``namespaces="all"``
+    every network namespace that has a process is dumped, each record carrying its namespace
+    inode; a namespace the agent may not enter is read from ``/proc/<pid>/net/tcp`` instead.
     """
 
     def __init__(
@@ -25,24 +35,88 @@ class Collector:
         mode: str = "auto",
         proc_root: str = "/proc",
         netlink_dump: Callable[..., list[SocketRecord]] = netlink.dump,
+        namespaces: str = "own",
+        table: netns.NamespaceTable | None = None,
+        open_in: Callable[[str], socket.socket] = netns.open_netlink_in,
     ) -> None:
         if mode not in COLLECTORS:
             raise ValueError(f"collector must be one of {COLLECTORS}, not {mode!r}")
+        if namespaces not in NAMESPACE_MODES:
+            raise ValueError(f"namespaces must be one of {NAMESPACE_MODES}, not {namespaces!r}")
         self.mode = mode
         self.proc_root = proc_root
         self._netlink_dump = netlink_dump
         self.name = "proc" if mode == "proc" else "netlink"
         self.fallback_reason: str | None = None
+        self.table = table or (netns.NamespaceTable(proc_root) if namespaces == "all" else None)
+        self._open_in = open_in
+        self._socks: dict[int, socket.socket] = {}
+        self._proc_only: dict[int, str] = {}  # namespace -> why netlink cannot be used there
+        self.namespaces_scanned = 1
+        self.errors: Counter[str] = Counter()  # reason -> count, since start
 
     def scan(self, ports: Iterable[int] | None = None) -> list[SocketRecord]:
         port_list = sorted(set(ports)) if ports else None
+        if self.table is None:
+            return self._scan_own(port_list)
+        spaces = self.table.refresh()
+        own = self.table.own
+        out = self._scan_own(port_list) if own is None or own not in spaces else []
+        for ns, pid in spaces.items():
+            recs = self._scan_own(port_list) if ns == own else self._scan_other(ns, pid, port_list)
+            for r in recs:
+                r.netns = ns
+            out.extend(recs)
+        for ns in [n for n in self._socks if n not in spaces]:
+            self._socks.pop(ns).close()  # the namespace is gone; do not keep it alive
+        for ns in [n for n in self._proc_only if n not in spaces]:
+            del self._proc_only[ns]
+        self.namespaces_scanned = len(spaces)
+        return out
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+
+    def _scan_own(self, ports: list[int] | None) -> list[SocketRecord]:
         if self.name == "netlink":
             try:
-                return self._netlink_dump(port_list)
+                return self._netlink_dump(ports)
             except OSError as exc:
                 if self.mode == "netlink":
                     raise
                 self.name = "proc"
                 self.fallback_reason = f"{type(exc).__name__}: {exc}"
                 log.warning("netlink sock_diag unavailable (%s); using /proc/net/tcp", exc)
-        return procnet.read_sockets(self.proc_root, port_list)
+        return procnet.read_sockets(self.proc_root, ports)
+
+    def _scan_other(self, ns: int, pid: int, ports: list[int] | None) -> list[SocketRecord]:
+        if self.name == "netlink" and ns not in self._proc_only:
+            sock = self._socks.get(ns)
+            try:
+                if sock is None:
+                    sock = self._socks[ns] = self._open_in(f"{self.proc_root}/{pid}/ns/net")
+                return self._netlink_dump(ports, sock=sock)
+            except OSError as exc:
+                if sock is not None:
+                    self._socks.pop(ns, None)
+                    sock.close()
+                    self.errors["dump"] += 1
+                elif exc.errno in _GONE:
+                    return []
+                else:
+                    self.errors["enter"] += 1
+                    self._proc_only[ns] = f"{type(exc).__name__}: {exc}"
+                    log.warning(
+                        "cannot enter network namespace %d of pid %d (%s); reading "
+                        "/proc/%d/net/tcp for it (no idle times). The agent needs "
+                        "CAP_SYS_ADMIN and CAP_SYS_PTRACE to use sock_diag there.",
+                        ns, pid, exc, pid,
+                    )  # fmt: skip
+        try:
+            return procnet.read_sockets(f"{self.proc_root}/{pid}", ports)
+        except OSError as exc:
+            if exc.errno not in _GONE:
+                self.errors["proc"] += 1
+            return []

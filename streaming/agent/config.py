@@ -9,7 +9,12 @@ File layout (YAML; TOML has the same keys)::
     events_topic: connmon.events
     queue_size: 10000
     metrics_address: 127.0.0.1:9852 # empty: no /metrics
+    tls_cert_file: /etc/connmon/agent.crt           # with tls_key_file: https (TLS >= 1.2)
+    tls_key_file: /etc/connmon/agent.key
+    basic_auth_user: prometheus     # with basic_auth_password_file: basic auth on /metrics
+    basic_auth_password_file: /etc/connmon/metrics.password   # the password, one line
     collector: auto                 # auto | netlink | proc
+    network_namespaces: all         # all: every network namespace on the host | own: the agent's
     kafka:                          # producer (librdkafka) settings, security included
       bootstrap.servers: kafka-1:9092
       security.protocol: SASL_SSL
@@ -39,8 +44,10 @@ from typing import Any
 from streaming.agent.apps import FIELDS as APP_FIELDS
 from streaming.agent.apps import AppRule
 from streaming.agent.collector import COLLECTORS
+from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.errors import ConfigError
+from streaming.webserver import EndpointSecurity, check_security
 
 ENV_PREFIX = "CONNMON_AGENT_"
 
@@ -65,12 +72,19 @@ class AgentConfig:
     events_topic: str = "connmon.events"
     queue_size: int = 10000
     metrics_address: str = "127.0.0.1:9852"
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    basic_auth_user: str | None = None
+    basic_auth_password_file: str | None = None
     collector: str = "auto"
+    network_namespaces: str = "all"
     kafka: Mapping[str, str] = field(default_factory=dict)
     apps: tuple[AppRule, ...] = ()
     proc_root: str = "/proc"
     flush_timeout_s: float = 10.0
     metadata_timeout_s: float = 5.0
+    # The checked form of the four TLS and basic-auth settings, password read.
+    metrics_security: EndpointSecurity = field(default_factory=EndpointSecurity)
 
     @property
     def bootstrap_servers(self) -> str | None:
@@ -85,7 +99,12 @@ _SCALARS: dict[str, type] = {
     "events_topic": str,
     "queue_size": int,
     "metrics_address": str,
+    "tls_cert_file": str,
+    "tls_key_file": str,
+    "basic_auth_user": str,
+    "basic_auth_password_file": str,
     "collector": str,
+    "network_namespaces": str,
     "proc_root": str,
     "flush_timeout_s": float,
     "metadata_timeout_s": float,
@@ -263,6 +282,11 @@ def build(
         raise ConfigError(f"queue_size: must be at least 1, not {scalars['queue_size']}")
     if scalars.get("collector", "auto") not in COLLECTORS:
         raise ConfigError(f"collector: must be one of {', '.join(COLLECTORS)}")
+    if scalars.get("network_namespaces", "all") not in NETWORK_NAMESPACES:
+        raise ConfigError(
+            f"network_namespaces: must be one of {', '.join(NETWORK_NAMESPACES)}, "
+            f"not {scalars['network_namespaces']!r}"
+        )
     if scalars.get("events_topic") == "":
         raise ConfigError("events_topic: must not be empty")
     addr = scalars.get("metrics_address", "")
@@ -270,6 +294,16 @@ def build(
         host, sep, port = addr.rpartition(":")
         if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ConfigError(f"metrics_address: {addr!r} is not host:port")
+    for name in ("tls_cert_file", "tls_key_file", "basic_auth_user", "basic_auth_password_file"):
+        if name in scalars:
+            scalars[name] = scalars[name] or None  # an empty value (e.g. from the environment): off
+    security = check_security(
+        scalars.get("tls_cert_file"),
+        scalars.get("tls_key_file"),
+        scalars.get("basic_auth_user"),
+        scalars.get("basic_auth_password_file"),
+        sep="_",
+    )
     raw_clusters = merged.get("clusters") or []
     if not isinstance(raw_clusters, list):
         raise ConfigError("clusters: must be a list")
@@ -293,6 +327,7 @@ def build(
         clusters=tuple(clusters),
         kafka=kafka,
         apps=tuple(_app_rule(r, i) for i, r in enumerate(apps)),
+        metrics_security=security,
         **scalars,
     )
 

@@ -1,7 +1,7 @@
 """Per-socket lifecycle between scans, and per-group summaries. Pure: fed snapshots and a clock.
 
-A socket is keyed by its 4-tuple, which survives the step into TIME_WAIT (where the kernel drops
-the inode) and orphaned FIN_WAIT. ``SocketLifecycles`` emits:
+A socket is keyed by its network namespace and 4-tuple, which survive the step into TIME_WAIT
+(where the kernel drops the inode) and orphaned FIN_WAIT. ``SocketLifecycles`` emits:
 
 - ``opened``: a socket not seen before (``open_reason`` ``initial`` on the first scan);
 - ``transition``: its state changed (with ``closed_by`` once a closing path is known);
@@ -58,6 +58,8 @@ class Meta:
     pid: int | None = None
     comm: str | None = None
     container: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
 
     @property
     def broker(self) -> str:
@@ -98,7 +100,7 @@ class SocketLifecycles:
     """Feed ``update(now, observations)`` one scan at a time; it returns event field dicts."""
 
     def __init__(self) -> None:
-        self.sockets: dict[tuple[str, int, str, int], Tracked] = {}
+        self.sockets: dict[tuple[int, str, int, str, int], Tracked] = {}
         self.initialized = False
         self._last_groups: dict[tuple, tuple[int | None, str]] = {}
         self._gen = 0
@@ -123,7 +125,7 @@ class SocketLifecycles:
             self._sample(t, rec, now)
             t.gen = gen
         for rec, meta in observations:
-            key = (rec.src, rec.sport, rec.dst, rec.dport)
+            key = rec.key
             t = sockets.get(key)
             if t is not None and self._is_reuse(t, rec):
                 self._close(t, now, events)
@@ -243,6 +245,8 @@ class SocketLifecycles:
             "pid": m.pid,
             "comm": m.comm,
             "container": m.container,
+            "pod": m.pod,
+            "namespace": m.namespace,
             "conn": r.conn,
             "inode": r.inode,
             "state": TCP_STATES.get(r.state, "CLOSE"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as _Tally
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from streaming.metricnames import agent as names
 from streaming.metricnames.base import Metric
+from streaming.webserver import EndpointSecurity, serve_endpoint
 
 SCAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -38,6 +41,10 @@ class AgentMetrics:
         self.last_metadata = _gauge(names.LAST_METADATA_REFRESH, reg)
         self.queue = _gauge(names.QUEUE_LENGTH, reg)
         self.up = _gauge(names.UP, reg)
+        self.namespaces = _gauge(names.NETWORK_NAMESPACES, reg)
+        self.unreadable = _gauge(names.UNREADABLE_PROCESSES, reg)
+        self.namespace_errors = _counter(names.NAMESPACE_ERRORS, reg)
+        self._namespace_errors: _Tally = _Tally()
         self._socket_keys: set[tuple[str, str]] = set()
         self.dropped_since_start = 0
 
@@ -49,6 +56,14 @@ class AgentMetrics:
         for other in ("netlink", "proc"):
             self.collector.labels(other).set(1 if other == name else 0)
 
+    def set_namespaces(self, scanned: int, unreadable: int, errors: _Tally) -> None:
+        """The collector's namespace figures; ``errors`` are its running totals by reason."""
+        self.namespaces.set(scanned)
+        self.unreadable.set(unreadable)
+        for reason, total in errors.items():
+            self.namespace_errors.labels(reason).inc(total - self._namespace_errors[reason])
+        self._namespace_errors = _Tally(errors)
+
     def set_sockets(self, counts: _Tally) -> None:
         """Replace the per (state, side) socket gauges with this scan's counts."""
         for key in self._socket_keys - set(counts):
@@ -57,9 +72,16 @@ class AgentMetrics:
             self.sockets.labels(state, side).set(n)
         self._socket_keys |= set(counts)
 
-    def serve(self, address: str) -> tuple:
-        """Serve /metrics on 'host:port'; returns (server, thread)."""
+    def serve(
+        self, address: str, security: EndpointSecurity | None = None
+    ) -> tuple[WSGIServer, threading.Thread]:
+        """Serve /metrics on 'host:port' from a daemon thread, with TLS and basic auth as
+        ``security`` says; returns (server, thread)."""
         host, _, port = address.rpartition(":")
-        return start_http_server(
-            int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.registry
+        return serve_endpoint(
+            make_wsgi_app(self.registry),
+            host.strip("[]") or "0.0.0.0",
+            int(port),
+            security,
+            thread_name="connmon-agent-http",
         )

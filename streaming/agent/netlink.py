@@ -229,23 +229,28 @@ def dump(
     ports: Iterable[int] | None = None,
     families: tuple[int, ...] = (socket.AF_INET, socket.AF_INET6),
     capture: list[bytes] | None = None,
+    sock: socket.socket | None = None,
 ) -> list[SocketRecord]:
     """Dump TCP sockets (optionally only those with a port in ``ports``) from the kernel.
 
-    ``capture`` receives a copy of every read, for fixture files. Raises OSError (EPERM,
-    EPROTONOSUPPORT, ...) when sock_diag is unavailable.
+    ``sock``: a NETLINK_SOCK_DIAG socket to ask through (it decides the network namespace);
+    by default a new one in the caller's namespace. ``capture`` receives a copy of every read,
+    for fixture files. Raises OSError (EPERM, EPROTONOSUPPORT, ...) when sock_diag is
+    unavailable; a given socket is then in an unknown state and should be closed.
     """
+    if sock is None:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
+            return dump(ports, families, capture, s)
     port_list = sorted(set(ports)) if ports else None
     out: list[SocketRecord] = []
     buf = bytearray(1 << 16)
     view = memoryview(buf)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
-        for seq, family in enumerate(families, 1):
-            s.sendall(build_request(family, port_list, seq))
-            while True:
-                n = s.recv_into(buf)
-                if capture is not None:
-                    capture.append(bytes(view[:n]))
-                if parse_into(view[:n], out):
-                    break
+    for seq, family in enumerate(families, 1):
+        sock.sendall(build_request(family, port_list, seq))
+        while True:
+            n = sock.recv_into(buf)
+            if capture is not None:
+                capture.append(bytes(view[:n]))
+            if parse_into(view[:n], out):
+                break
     return out

@@ -40,6 +40,14 @@ class SocketRecord:
     # Time since the last ACK from the peer. In CLOSE_WAIT the peer's FIN was the last segment
     # it sent, so this is how long the socket has been in CLOSE_WAIT, even at first sight.
     last_ack_recv_ms: int | None = None
+    # Network namespace inode (0: the agent's own, when it scans only that one). Two pods may
+    # hold sockets with the same 4-tuple; the namespace keeps them apart.
+    netns: int = 0
+
+    @property
+    def key(self) -> tuple[int, str, int, str, int]:
+        """What identifies a socket between scans: namespace and 4-tuple."""
+        return (self.netns, self.src, self.sport, self.dst, self.dport)
 
     @property
     def conn(self) -> str:

@@ -19,6 +19,7 @@ from streaming.agent.events import EventFactory, make_agent_id
 from streaming.agent.kafka_meta import ClusterEndpoints, MetadataRefresher, classify
 from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
+from streaming.agent.pods import PodDirectory
 from streaming.agent.procs import ProcessTable
 from streaming.schema.events import TCP_STATES
 
@@ -65,8 +66,10 @@ class Agent:
         self.sink = sink
         self.metrics = metrics
         self.refresher = refresher
-        self.collector = collector or Collector(cfg.collector, cfg.proc_root)
-        self.procs = procs or ProcessTable(cfg.proc_root)
+        self.collector = collector or Collector(
+            cfg.collector, cfg.proc_root, namespaces=cfg.network_namespaces
+        )
+        self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory())
         self.namer = AppNamer(cfg.apps)
         self.clock = clock
         self.started = clock()
@@ -95,7 +98,7 @@ class Agent:
         fresh: list = []
         counts: Counter = Counter()
         for rec in records:
-            t = tracked.get((rec.src, rec.sport, rec.dst, rec.dport))
+            t = tracked.get(rec.key)
             # Fast path: a known, attributed socket whose inode and state did not change keeps
             # its meaning; only its tcp_info numbers are new.
             if (
@@ -126,6 +129,8 @@ class Agent:
                 pid=info.pid if info else None,
                 comm=info.comm if info else None,
                 container=info.container if info else None,
+                pod=info.pod.name if info and info.pod else None,
+                namespace=info.pod.namespace if info and info.pod else None,
             )
             observations.append((rec, meta))
             counts[(TCP_STATES.get(rec.state, "CLOSE"), c.side)] += 1
@@ -141,6 +146,12 @@ class Agent:
         self.metrics.scan_duration.observe(time.perf_counter() - t0)
         self.metrics.set_sockets(counts)
         self.metrics.set_collector(self.collector.name)
+        table = self.collector.table
+        self.metrics.set_namespaces(
+            self.collector.namespaces_scanned,
+            table.unreadable if table else 0,
+            self.collector.errors,
+        )
         self.metrics.last_scan.set(now)
         self.sink.pump()
         return emitted

@@ -58,6 +58,25 @@ QUEUE_LENGTH = Metric(
     "Events waiting in the agent's local queue and the producer's buffer.",
 )
 UP = Metric("connmon_agent_up", "gauge", "1 while the agent's scan loop runs.")
+NETWORK_NAMESPACES = Metric(
+    "connmon_agent_network_namespaces",
+    "gauge",
+    "Network namespaces dumped in the last scan (the host's and every pod's with a process).",
+)
+UNREADABLE_PROCESSES = Metric(
+    "connmon_agent_unreadable_processes",
+    "gauge",
+    "Processes whose network namespace the agent could not read in the last scan (another "
+    "user's, without CAP_SYS_PTRACE): sockets only they hold are not seen.",
+)
+NAMESPACE_ERRORS = Metric(
+    "connmon_agent_namespace_errors_total",
+    "counter",
+    "Failures per network namespace by reason: enter (setns refused, the namespace is read "
+    "from /proc/<pid>/net/tcp instead), dump (sock_diag failed; retried next scan), proc (the "
+    "/proc fallback failed).",
+    ("reason",),
+)
 
 AGENT_METRICS: tuple[Metric, ...] = (
     SCAN_DURATION,
@@ -70,4 +89,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     LAST_METADATA_REFRESH,
     QUEUE_LENGTH,
     UP,
+    NETWORK_NAMESPACES,
+    UNREADABLE_PROCESSES,
+    NAMESPACE_ERRORS,
 )

@@ -62,10 +62,11 @@ class KafkaNode:
     controller_port: int
     dir: str
     pid: int | None = None
+    host: str = "127.0.0.1"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -118,6 +119,8 @@ class KafkaCluster:
     nodes: list[KafkaNode] = field(default_factory=list)
     cluster_id: str = ""
     keep_dir: bool = False
+    # Address of the client listener; the controller listener stays on loopback.
+    host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if self.brokers not in (1, 3):
@@ -150,7 +153,7 @@ class KafkaCluster:
             port = wanted[i] if i < len(wanted) else free_port()
             d = Path(self.base_dir) / f"node-{i + 1}"
             d.mkdir(parents=True, exist_ok=True)
-            self.nodes.append(KafkaNode(i + 1, port, free_port(), str(d)))
+            self.nodes.append(KafkaNode(i + 1, port, free_port(), str(d), host=self.host))
         try:
             for n in self.nodes:
                 self._write_config(n)
@@ -170,8 +173,8 @@ class KafkaCluster:
             "process.roles": "broker,controller",
             "node.id": str(n.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{n.port},CONTROLLER://127.0.0.1:{n.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{n.port}",
+            "listeners": f"PLAINTEXT://{n.endpoint},CONTROLLER://127.0.0.1:{n.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{n.endpoint}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",

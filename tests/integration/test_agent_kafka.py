@@ -24,15 +24,7 @@ from streaming.stack.kafka import create_topics
 from streaming.stack.ports import free_port
 
 REPO = Path(__file__).parents[2]
-CLIENT = """
-import sys, time  # connmon-test-client
-from confluent_kafka import Producer
-p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0})
-p.produce(sys.argv[2], b"hello")
-assert p.flush(30) == 0
-print("ready", flush=True)
-time.sleep(600)
-"""
+CLIENT = REPO / "tests" / "fixtures" / "agent" / "stalled_producer.py"
 
 
 class EventReader:
@@ -107,7 +99,7 @@ def test_cli_agent_with_real_clients_and_a_stalled_client(
                         "metadata_refresh_s": 5,
                     }
                 ],
-                "apps": [{"match": "connmon-test-client", "name": "orders-client"}],
+                "apps": [{"match": "stalled_producer", "name": "orders-client"}],
             }
         )
     )
@@ -134,7 +126,7 @@ def test_cli_agent_with_real_clients_and_a_stalled_client(
         text=True,
     )
     client = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, bootstrap, data_topic], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(CLIENT), bootstrap, data_topic], stdout=subprocess.PIPE, text=True
     )
     reader = EventReader(bootstrap, events_topic)
     try:

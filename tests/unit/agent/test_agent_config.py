@@ -105,3 +105,85 @@ def test_shipped_example_config_is_valid() -> None:
     assert cfg.apps[0].pattern.search("java Main --group=orders").expand(cfg.apps[0].name) == (
         "consumer-orders"
     )
+
+
+BASE = {"clusters": [{"name": "ok", "bootstrap_servers": "h:1"}]}
+
+
+@pytest.mark.parametrize(
+    ("data", "setting"),
+    [
+        ({"tls_cert_file": "/x.pem"}, "tls_cert_file/tls_key_file"),
+        ({"tls_key_file": "/x.pem"}, "tls_cert_file/tls_key_file"),
+        ({"tls_cert_file": "/nonexistent.pem", "tls_key_file": "/nope"}, "tls_cert_file"),
+        ({"basic_auth_user": "prom"}, "basic_auth_user/basic_auth_password_file"),
+        ({"basic_auth_password_file": "/x.pem"}, "basic_auth_user"),
+        ({"basic_auth_user": "prom", "basic_auth_password_file": "/nope"}, "basic_auth_password"),
+        ({"network_namespaces": "host"}, "network_namespaces"),
+        ({"network_namespaces": ""}, "network_namespaces"),
+    ],
+)
+def test_bad_metrics_and_namespace_settings_name_the_setting(data: dict, setting: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.build({**BASE, **data})
+    assert str(info.value).startswith(setting), str(info.value)
+
+
+def test_unloadable_certificate_fails_at_start(tmp_path: Path) -> None:
+    crt, key = tmp_path / "crt.pem", tmp_path / "key.pem"
+    crt.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    with pytest.raises(ConfigError, match="^tls_cert_file/tls_key_file: cannot load"):
+        config.build({**BASE, "tls_cert_file": str(crt), "tls_key_file": str(key)})
+
+
+def test_password_file_is_read_and_checked(tmp_path: Path) -> None:
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    cfg = config.build({**BASE, "basic_auth_user": "prom", "basic_auth_password_file": str(pw)})
+    assert cfg.basic_auth_password_file == str(pw)
+    assert cfg.metrics_security.auth == ("prom", "s3cret")
+    assert cfg.metrics_security.scheme == "http"
+    assert "s3cret" not in repr(cfg)
+    pw.write_text("\n")
+    with pytest.raises(ConfigError, match="^basic_auth_password_file: .* is empty"):
+        config.build({**BASE, "basic_auth_user": "prom", "basic_auth_password_file": str(pw)})
+
+
+def test_metrics_security_and_namespaces_defaults_and_environment(tmp_path: Path) -> None:
+    cfg = config.build(BASE)
+    assert cfg.network_namespaces == "all"
+    assert cfg.metrics_security.auth is None and cfg.metrics_security.scheme == "http"
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret")
+    env = config.from_env(
+        {
+            "CONNMON_AGENT_NETWORK_NAMESPACES": "own",
+            "CONNMON_AGENT_BASIC_AUTH_USER": "prom",
+            "CONNMON_AGENT_BASIC_AUTH_PASSWORD_FILE": str(pw),
+            "CONNMON_AGENT_TLS_CERT_FILE": "",  # empty: off
+        }
+    )
+    cfg = config.build(BASE, env)
+    assert cfg.network_namespaces == "own"
+    assert cfg.tls_cert_file is None
+    assert cfg.metrics_security.auth == ("prom", "s3cret")
+
+
+def test_cli_flags_reach_the_settings(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from streaming.agent.cli import _flags
+    from streaming.cli import build_parser, main
+
+    args = build_parser().parse_args(
+        ["agent", "--network-namespaces", "own", "--tls-cert-file", "c.pem",
+         "--tls-key-file", "k.pem", "--basic-auth-user", "prom",
+         "--basic-auth-password-file", "pw"]
+    )  # fmt: skip
+    flags = _flags(args)
+    assert flags["network_namespaces"] == "own"
+    assert (flags["tls_cert_file"], flags["tls_key_file"]) == ("c.pem", "k.pem")
+    assert (flags["basic_auth_user"], flags["basic_auth_password_file"]) == ("prom", "pw")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["agent", "--network-namespaces", "host"])
+    assert main(["agent", "--cluster-bootstrap", "h:1", "--basic-auth-user", "prom"]) == 2
+    assert "basic_auth_user" in capsys.readouterr().err
