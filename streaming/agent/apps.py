@@ -1,9 +1,12 @@
 """Application names for processes: configured rules first, then defaults.
 
-A rule is a regex matched against the cmdline (args joined by spaces), the executable path or
-the comm; the first match wins and its name may use the match's groups (``\\1``). Defaults: a
-Java main class (``kafka.Kafka`` is ``kafka-broker``) or ``-jar name.jar``, a Python script or
-``-m`` module, else the process name. Names are sanitized and bounded: they become label values.
+A rule is a regex matched against the cmdline (args joined by spaces), the executable path, the
+comm or the Kubernetes pod ("<namespace>/<pod name>", empty outside pods); the first match wins
+and its name may use the match's groups (``\\1``). Defaults: in a pod, ``<namespace>/<workload>``
+(the pod name without the suffix its controller generated, so every replica and every rollout
+of a Deployment is one app); else a Java main class (``kafka.Kafka`` is ``kafka-broker``) or
+``-jar name.jar``, a Python script or ``-m`` module, else the process name. Names are sanitized
+and bounded: they become label values.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streaming.agent.pods import workload_name
 from streaming.agent.procs import ProcInfo
 
 MAX_NAME = 64
 UNKNOWN = "unknown"
-FIELDS = ("cmdline", "exe", "comm")
+FIELDS = ("cmdline", "exe", "comm", "pod")
 
 # Java main classes with a well-known meaning.
 KNOWN_MAIN_CLASSES = {
@@ -90,6 +94,8 @@ def _python_name(args: tuple[str, ...]) -> str | None:
 
 def default_name(info: ProcInfo) -> str:
     """The app name with no rule matching."""
+    if info.pod is not None:
+        return f"{sanitize(info.pod.namespace)}/{sanitize(workload_name(info.pod.name))}"
     args = info.cmdline
     prog = os.path.basename(args[0]) if args else ""
     name: str | None = None
@@ -119,7 +125,9 @@ class AppNamer:
         return cached
 
     def _name(self, info: ProcInfo) -> str:
-        texts = {"cmdline": " ".join(info.cmdline), "exe": info.exe or "", "comm": info.comm}
+        pod = f"{info.pod.namespace}/{info.pod.name}" if info.pod else ""
+        texts = {"cmdline": " ".join(info.cmdline), "exe": info.exe or "", "comm": info.comm,
+                 "pod": pod}  # fmt: skip
         for rule in self.rules:
             m = rule.pattern.search(texts[rule.field])
             if m:

@@ -8,14 +8,10 @@ new, and rereads the known ones only when a socket inode appears that no cached 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-_CONTAINER_ID = re.compile(r"([0-9a-f]{64})")
-_POD_UID = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
-)
+from streaming.agent.pods import PodDirectory, PodRef, parse_cgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,21 +20,8 @@ class ProcInfo:
     comm: str
     cmdline: tuple[str, ...]
     exe: str | None
-    container: str | None
-
-
-def parse_cgroup(text: str) -> str | None:
-    """Container id (12 hex) from a /proc/<pid>/cgroup file, prefixed by the Kubernetes pod uid
-    when the path has one ("<pod-uid>/<cid>"); None outside containers."""
-    pod = _POD_UID.search(text)
-    cid = _CONTAINER_ID.search(text)
-    if cid is None and pod is None:
-        return None
-    short = cid.group(1)[:12] if cid else None
-    if pod is None:
-        return short
-    uid = pod.group(1).replace("_", "-")
-    return f"{uid}/{short}" if short else uid
+    container: str | None  # "<pod-uid>/<short-id>", the short id, or None (see pods.ContainerRef)
+    pod: PodRef | None = None  # Kubernetes namespace and name, when the node's files tell
 
 
 def parse_cmdline(raw: bytes) -> tuple[str, ...]:
@@ -47,10 +30,12 @@ def parse_cmdline(raw: bytes) -> tuple[str, ...]:
 
 
 class ProcessTable:
-    """Map socket inodes to processes; ``proc_root`` may point at a fixture tree."""
+    """Map socket inodes to processes; ``proc_root`` may point at a fixture tree. ``pods``
+    names the Kubernetes pod of a process in one (None: no pod lookup)."""
 
-    def __init__(self, proc_root: str | Path = "/proc") -> None:
+    def __init__(self, proc_root: str | Path = "/proc", pods: PodDirectory | None = None) -> None:
         self.proc_root = str(proc_root)
+        self.pods = pods
         self._pid_inodes: dict[int, frozenset[int]] = {}
         self._owner: dict[int, int] = {}
         self._info: dict[int, ProcInfo | None] = {}
@@ -147,7 +132,10 @@ class ProcessTable:
         except OSError:
             exe = None
         try:
-            container = parse_cgroup((base / "cgroup").read_text())
+            ref = parse_cgroup((base / "cgroup").read_text())
         except OSError:
-            container = None
-        return ProcInfo(pid, comm, cmdline, exe, container)
+            ref = None
+        pod = None
+        if ref is not None and ref.pod_uid and self.pods is not None:
+            pod = self.pods.lookup(ref.pod_uid)
+        return ProcInfo(pid, comm, cmdline, exe, ref.label if ref else None, pod)

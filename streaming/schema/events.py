@@ -132,6 +132,10 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("comm", "string", "Owning process name.", kinds=_SOCKET_KINDS),
     Field("container", "string", "Container or pod id from the cgroup path.", kinds=_SOCKET_KINDS),
+    Field("pod", "string", "Kubernetes pod name of the owning process.", kinds=_SOCKET_KINDS),
+    Field(
+        "namespace", "string", "Kubernetes namespace of the owning process.", kinds=_SOCKET_KINDS
+    ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),
     Field("inode", "long", "Socket inode (0 for TIME_WAIT).", kinds=_SOCKET_KINDS),
     # Socket state.

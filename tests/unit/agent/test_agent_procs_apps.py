@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from streaming.agent.apps import AppNamer, AppRule, default_name, sanitize
-from streaming.agent.procs import ProcessTable, ProcInfo, parse_cgroup
+from streaming.agent.pods import PodDirectory, PodRef
+from streaming.agent.procs import ProcessTable, ProcInfo
 
 
 def make_proc(
@@ -65,17 +66,6 @@ def test_gone_process_is_forgotten(tmp_path: Path) -> None:
     assert table.lookup({1001}) == {}
 
 
-def test_cgroup_container_and_pod_ids() -> None:
-    cid = "3f" * 32
-    assert parse_cgroup(f"0::/system.slice/docker-{cid}.scope\n") == cid[:12]
-    k8s = (
-        "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-        f"1a2b3c4d_0000_1111_2222_333344445555.slice/cri-containerd-{cid}.scope\n"
-    )
-    assert parse_cgroup(k8s) == f"1a2b3c4d-0000-1111-2222-333344445555/{cid[:12]}"
-    assert parse_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") is None
-
-
 def info(*cmdline: str, comm: str | None = None, exe: str | None = None) -> ProcInfo:
     return ProcInfo(1, comm or os.path.basename(cmdline[0])[:15], tuple(cmdline), exe, None)
 
@@ -108,3 +98,28 @@ def test_rules_first_match_wins_and_names_are_bounded() -> None:
     assert namer.name(None) == "unknown"
     assert sanitize("a b/c:d" + "x" * 100) == ("a-b-c-d" + "x" * 100)[:64]
     assert sanitize("///") == "unknown"
+
+
+NODE = Path(__file__).resolve().parents[2] / "fixtures" / "agent" / "pods" / "node"
+
+
+def test_a_process_in_a_pod_is_named_after_its_workload(tmp_path: Path) -> None:
+    uid = "89487173_d074_4031_8a9e_d6ad26cbcacf"  # payments/payments-api-7d9c8b6f5d-x7k2p
+    cid = "ab" * 32
+    make_proc(
+        tmp_path, 30, ["java", "-cp", "app.jar", "com.acme.Main"], [3001],
+        f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/"
+        f"cri-containerd-{cid}.scope\n",
+    )  # fmt: skip
+    make_proc(tmp_path, 31, ["python3", "/opt/feeder.py"], [3101])  # not in a pod
+    pods = PodDirectory(NODE / "var" / "log" / "pods", NODE / "var" / "lib" / "kubelet")
+    got = ProcessTable(tmp_path, pods).lookup({3001, 3101})
+    p = got[3001]
+    assert (p.pod.namespace, p.pod.name) == ("payments", "payments-api-7d9c8b6f5d-x7k2p")
+    assert p.container == f"{uid.replace('_', '-')}/{cid[:12]}"
+    assert got[3101].pod is None
+    namer = AppNamer([AppRule(re.compile(r"^kafka/"), "kafka-in-k8s", "pod")])
+    assert namer.name(p) == "payments/payments-api"
+    assert namer.name(got[3101]) == "feeder"
+    k = ProcInfo(1, "java", ("java",), None, None, PodRef("u", "kafka", "kafka-0"))
+    assert namer.name(k) == "kafka-in-k8s"
