@@ -64,6 +64,13 @@ class DetectorConfig:
     # (the sockets are gone: the application stopped or the agent lost sight of them).
     finding_stale_s: float = 300.0
 
+    # Hysteresis, for every detector: a finding fires once it held in this many consecutive
+    # windows of its series, and resolves once it did not hold in this many consecutive
+    # windows (a window the series did not produce counts as not holding). Resolving needs two
+    # by default, so a partly filled newest window does not resolve a rate-based finding.
+    fire_after_windows: int = 1
+    resolve_after_windows: int = 2
+
     def replace(self, **changes: Any) -> DetectorConfig:
         """A copy with some thresholds changed; unknown names fail with the name."""
         names = {f.name for f in dataclasses.fields(self)}

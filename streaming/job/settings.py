@@ -38,6 +38,8 @@ class JobSettings:
     # Internal: partial window rows from the ingest query to the state query, keyed by bucket.
     partials_topic: str = "connmon.partials"
     job_id: str = "connmon-job"
+    # At start, check that every topic exists with the cleanup.policy its data flow needs.
+    check_topics: bool = True
     master: str = "local[*]"
     checkpoint: str | None = None
     trigger: str = "5s"
@@ -112,6 +114,9 @@ class JobSettings:
             raise ConfigError("detectors.watermark_s: must not be negative")
         if d.idle_churn_window_s < d.window_s:
             raise ConfigError("detectors.idle_churn_window_s: shorter than detectors.window_s")
+        for name in ("fire_after_windows", "resolve_after_windows"):
+            if not 1 <= getattr(d, name) <= 60:
+                raise ConfigError(f"detectors.{name}: must be between 1 and 60 windows")
         return self
 
 
@@ -205,6 +210,12 @@ def _coerce(s: JobSettings) -> None:
         if s.fail_on_data_loss.lower() not in ("true", "false"):
             raise ConfigError("fail-on-data-loss: true or false")
         s.fail_on_data_loss = s.fail_on_data_loss.lower() == "true"
+    if isinstance(s.check_topics, str):
+        if s.check_topics.lower() not in ("true", "false"):
+            raise ConfigError("check-topics: true or false")
+        s.check_topics = s.check_topics.lower() == "true"
+    if not isinstance(s.check_topics, bool):
+        raise ConfigError(f"check-topics: true or false, not {s.check_topics!r}")
     for name in ("max_event_age_s", "max_event_future_s"):
         v = getattr(s, name)
         if isinstance(v, str):

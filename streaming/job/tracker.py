@@ -5,11 +5,13 @@ JSON-able document in Spark's state store.
 Rules:
 - A series' newest window is evaluated by every detector (with its earlier windows as history);
   an update to an older window (late data) only refreshes the history.
-- A finding fires as soon as a window holds; it is re-published when its severity, window or
+- A finding fires once it held in ``fire_after_windows`` consecutive windows of its series
+  (default 1: as soon as a window holds); it is re-published when its severity, window or
   evidence change.
-- It resolves when the newest window does not hold and the window before it (complete by then)
-  did not hold either, so a partly filled window does not resolve a rate-based finding; or when
-  its series has produced no window for ``finding_stale_s`` of event time.
+- It resolves once it did not hold in ``resolve_after_windows`` consecutive windows (default 2:
+  the newest and the one before it, complete by then, so a partly filled window does not
+  resolve a rate-based finding), a window the series did not produce counting as not holding;
+  or when its series has produced no window for ``finding_stale_s`` of event time.
 
 Only firing findings are remembered: a resolved one behaves exactly like none.
 
@@ -169,17 +171,20 @@ class Tracker:
             out.aggregates.append(agg)
         found = self._evaluate(agg, windows)
         self._record_held(agg, found)
-        previous = self._previous_held(agg)
+        recent = self._recent_held(agg)
+        fire_n, quiet_n = self.cfg.fire_after_windows, self.cfg.resolve_after_windows
         for kind in DETECTORS:
             key = self._key(agg, kind)
             last = self.findings.get(key)
             if kind in found:
                 f = found[kind]
+                if last is None and not all(kind in h for h in recent[:fire_n]):
+                    continue  # held, but not yet in enough consecutive windows
                 if last is None or _changed(last, f):
                     f.updated_at = self.clock(agg)
                     self.findings[key] = f
                     out.findings.append(f)
-            elif last is not None and kind not in previous:
+            elif last is not None and not any(kind in h for h in recent[:quiet_n]):
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
 
     def _evaluate(self, agg: Aggregate, windows: list[Aggregate]) -> dict[str, Finding]:
@@ -189,10 +194,13 @@ class Tracker:
     def _record_held(self, agg: Aggregate, found: dict[str, Finding]) -> None:
         self.held.setdefault(agg.series, {})[agg.window_start] = sorted(found)
 
-    def _previous_held(self, agg: Aggregate) -> set[str]:
-        """Kinds that held in the window just before ``agg`` (empty if there was none)."""
-        before = iso(epoch(agg.window_start) - self.cfg.window_s)
-        return set(self.held.get(agg.series, {}).get(before, []))
+    def _recent_held(self, agg: Aggregate) -> list[list[str]]:
+        """Kinds that held in ``agg``'s window and each one before it, newest first, as far
+        back as hysteresis looks (a window the series did not produce: none)."""
+        held = self.held.get(agg.series, {})
+        start = epoch(agg.window_start)
+        n = max(self.cfg.fire_after_windows, self.cfg.resolve_after_windows)
+        return [held.get(iso(start - i * self.cfg.window_s), []) for i in range(n)]
 
     @staticmethod
     def _key(agg: Aggregate, kind: str) -> str:
@@ -263,9 +271,12 @@ class Tracker:
             return
         if keep:
             self.history[series] = keep
+            # Hysteresis looks back this far whatever the history keeps.
+            n = max(self.cfg.fire_after_windows, self.cfg.resolve_after_windows)
+            since = iso(epoch(keep[-1].window_start) - (n - 1) * self.cfg.window_s)
             starts = {w.window_start for w in keep}
             held = self.held.get(series, {})
-            self.held[series] = {s: k for s, k in held.items() if s in starts}
+            self.held[series] = {s: k for s, k in held.items() if s in starts or s >= since}
         else:
             del self.history[series]
             self.held.pop(series, None)

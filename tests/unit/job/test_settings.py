@@ -38,6 +38,13 @@ def test_wrong_setting_is_named(cli, setting):
         from_sources(cli=cli)
 
 
+@pytest.mark.parametrize("name", ["fire_after_windows", "resolve_after_windows"])
+@pytest.mark.parametrize("value", ["0", "61"])
+def test_hysteresis_windows_are_bounded(name, value):
+    with pytest.raises(ConfigError, match=f"^detectors.{name}: must be between 1 and 60"):
+        from_sources(detector_overrides={name: value})
+
+
 def test_config_file_then_cli_then_set(tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text(

@@ -63,6 +63,42 @@ def test_resolves_after_a_complete_window_without_the_condition():
     assert out.findings[0].key == "close_wait_buildup|client:web-1:orders||2"
 
 
+def test_hysteresis_fires_after_k_windows_and_resolves_after_m_quiet_ones():
+    t = Tracker(
+        CFG.replace(fire_after_windows=2, resolve_after_windows=3), clock=lambda a: a.window_end
+    )
+    assert t.process([leak(0)], {}).findings == []  # one window is not enough
+    assert t.process([agg(1)], {}).findings == []  # a gap starts the count again
+    assert t.process([leak(2)], {}).findings == []
+    assert statuses(t.process([leak(3)], {})) == [("close_wait_buildup", "firing", "05:03")]
+    # It flaps: two quiet windows, held again, then three quiet windows.
+    assert t.process([agg(4)], {}).findings == []
+    assert t.process([agg(5)], {}).findings == []
+    # Still the same firing finding, updated to its newest window: never resolved in between.
+    assert statuses(t.process([leak(6)], {})) == [("close_wait_buildup", "firing", "05:06")]
+    assert t.process([agg(7)], {}).findings == []
+    assert t.process([agg(8)], {}).findings == []
+    assert statuses(t.process([agg(9)], {})) == [("close_wait_buildup", "resolved", "05:09")]
+
+
+def test_hysteresis_counts_windows_the_series_did_not_produce_as_quiet():
+    t = Tracker(CFG.replace(resolve_after_windows=3), clock=lambda a: a.window_end)
+    t.process([leak(0)], {})
+    assert t.process([agg(1)], {}).findings == []
+    # minute 2 never came (the agent sent nothing for it): minutes 1, 2 and 3 are quiet
+    assert statuses(t.process([agg(3)], {})) == [("close_wait_buildup", "resolved", "05:03")]
+
+
+def test_hysteresis_history_survives_pruning_and_a_restore():
+    cfg = CFG.replace(fire_after_windows=3, resolve_after_windows=3)
+    t = Tracker(cfg, clock=lambda a: a.window_end)
+    t.process([leak(0)], {})
+    t.process([leak(1)], {})
+    restored = Tracker(cfg, clock=lambda a: a.window_end)
+    restored.load_state(json.loads(json.dumps(t.to_state())))
+    assert statuses(restored.process([leak(2)], {})) == [("close_wait_buildup", "firing", "05:02")]
+
+
 def test_stale_series_is_resolved_by_event_time():
     t = tracker()
     t.process([leak(0)], {})
