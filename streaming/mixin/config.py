@@ -1,6 +1,7 @@
-"""The mixin's one config object: selectors, thresholds, ``for`` durations, dashboard settings
-and where the runbook is. Detector thresholds come from ``streaming.detectors.config`` so a
-threshold lives in one place; the alert texts and dashboard threshold lines quote them.
+"""The mixin's one config object: selectors, thresholds, ``for`` durations, dashboard settings,
+where the runbook is, and the settings of the Kubernetes objects. Detector thresholds come from
+``streaming.detectors.config`` so a threshold lives in one place; the alert texts and dashboard
+threshold lines quote them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from streaming import __version__
 from streaming.detectors.config import DEFAULT as DETECTORS
 from streaming.detectors.config import DetectorConfig
 
@@ -53,11 +55,74 @@ class MixinConfig:
     # that open from Alertmanager and Grafana.
     runbook_url_base: str = "docs/runbook.md"
 
-    # Deploy objects.
-    kubernetes_namespace: str = "monitoring"
+    # Kubernetes objects (deploy/kubernetes/, explained in deploy/kubernetes/README.md).
+    kubernetes_namespace: str = "connmon"
     kubernetes_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/part-of": "connmon"}
     )
+    image: str = f"registry.example.com/connmon:{__version__}"
+    image_pull_policy: str = "IfNotPresent"
+    # The image's user (deploy/container/Containerfile); the agent alone runs as root.
+    image_uid: int = 10001
+    # Kafka: where events go and the job and exporter read, and the agent's one monitored
+    # cluster in the generated config/agent.yaml.
+    kafka_bootstrap_servers: str = "kafka-bootstrap.kafka.svc:9092"
+    kafka_cluster_name: str = "main"
+    # Egress to Kafka (NetworkPolicy): pods of this namespace ("" for none) and these CIDRs, on
+    # these ports. They must cover every broker of every monitored cluster.
+    kafka_namespace: str = "kafka"
+    kafka_egress_cidrs: tuple[str, ...] = ()
+    kafka_ports: tuple[int, ...] = (9092, 9093)
+    # Who may scrape the agent and the exporter (NetworkPolicy ingress).
+    prometheus_namespace: str = "monitoring"
+    prometheus_pod_labels: dict[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
+    )
+    # The Spark driver's egress to the API server (it creates executor pods).
+    kubernetes_api_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    kubernetes_api_ports: tuple[int, ...] = (443, 6443)
+    agent_port: int = 9852
+    exporter_port: int = 9853
+    # The agent enters every network namespace itself (hostPID, /proc/<pid>/ns/net, the node's
+    # own through /proc/1/ns/net), so it needs no host network; true puts /metrics on the
+    # node's address.
+    agent_host_network: bool = False
+    # Host folders the agent mounts read-only to name pods (pod uid -> namespace/name).
+    agent_host_paths: tuple[str, ...] = ("/var/log/pods", "/var/lib/kubelet/pods")
+    agent_resources: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "50m", "memory": "128Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        }
+    )
+    exporter_replicas: int = 1
+    exporter_resources: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        }
+    )
+    exporter_series_limit: int = 20000
+    # The Spark job: driver pod (spark-submit, client mode) and executor pods.
+    job_driver_memory: str = "2g"
+    job_driver_resources: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {
+            "requests": {"cpu": "1", "memory": "3Gi"},
+            "limits": {"memory": "3Gi"},
+        }
+    )
+    job_executor_instances: int = 2
+    job_executor_cores: int = 1
+    job_executor_memory: str = "2g"
+    job_executor_memory_overhead: str = "1g"
+    # Checkpoint folder on storage every driver restart reaches: s3a://bucket/path or
+    # hdfs://namenode/path. S3: see the s3a settings in deploy/kubernetes/README.md.
+    job_checkpoint: str = "s3a://connmon-checkpoints/connmon-job"
+    # S3-compatible endpoint ("" for AWS itself); set for MinIO, Ceph and the like.
+    job_s3_endpoint: str = ""
+    # Egress to the checkpoint storage (NetworkPolicy).
+    job_checkpoint_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    job_checkpoint_ports: tuple[int, ...] = (443,)
 
     @property
     def job_lag_s(self) -> float:
