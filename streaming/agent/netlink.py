@@ -1,9 +1,14 @@
 """TCP sockets from the kernel over netlink sock_diag (what ``ss -tani`` does), with tcp_info.
 
 Pure functions build the request (and the optional in-kernel port filter) and parse the reply;
-``dump()`` is the only function that talks to the kernel. Layouts: linux/netlink.h,
-linux/inet_diag.h (``inet_diag_req_v2``, ``inet_diag_msg``, ``inet_diag_bc_op``), linux/tcp.h
-(``tcp_info``).
+``dump()`` is the only function that talks to the kernel. It asks for IPv4 and IPv6 together
+with the kernel's compatibility request (``TCPDIAG_GETSOCK``, family unspecified): the kernel
+then walks its TCP hash tables once instead of once per family. Network namespaces share those
+tables unless ``net.ipv4.tcp_child_ehash_entries`` is set, so every dump walks every socket on
+the host, and an agent dumping each pod's namespace pays that walk per namespace.
+
+Layouts: linux/netlink.h, linux/inet_diag.h (``inet_diag_req``, ``inet_diag_req_v2``,
+``inet_diag_msg``, ``inet_diag_bc_op``), linux/tcp.h (``tcp_info``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Iterable
 from streaming.agent.records import LISTEN, SocketRecord
 
 NETLINK_SOCK_DIAG = 4
+TCPDIAG_GETSOCK = 18  # the inet_diag v1 request and its replies: both families in one walk
 SOCK_DIAG_BY_FAMILY = 20
 NLM_F_REQUEST = 0x1
 NLM_F_DUMP = 0x300
@@ -33,6 +39,7 @@ ALL_BUT_LISTEN = 0xFFFFFFFF & ~(1 << LISTEN)
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _NLA = struct.Struct("=HH")  # rtattr: len, type
 _REQ = struct.Struct("=BBBBI48x")  # inet_diag_req_v2 with an all-zero inet_diag_sockid
+_REQ_V1 = struct.Struct("=BBBB48xII")  # inet_diag_req: family, lens, ext, sockid, states, dbs
 _BC_OP = struct.Struct("=BBH")  # inet_diag_bc_op: code, yes, no
 # nlmsghdr (len, type) + inet_diag_msg (family, state, sport, dport, src, dst, uid, inode).
 _MSG = struct.Struct("=IH10xBB2xHH16s16s4x8x4x4x4xII")
@@ -89,6 +96,22 @@ def build_request(
     )
 
 
+def build_request_all(
+    ports: Iterable[int] | None = None, seq: int = 1, states: int = ALL_BUT_LISTEN
+) -> bytes:
+    """A TCPDIAG_GETSOCK dump request for TCP sockets of both families, asking for tcp_info.
+
+    The kernel answers it as a v2 dump with the family unspecified (``inet_diag_dump_compat``):
+    the same messages, typed TCPDIAG_GETSOCK, from one walk of the hash tables.
+    """
+    payload = _REQ_V1.pack(socket.AF_UNSPEC, 0, 0, 1 << (INET_DIAG_INFO - 1), states, 0)
+    if ports:
+        bc = build_port_filter(ports)
+        payload += _NLA.pack(_NLA.size + len(bc), INET_DIAG_REQ_BYTECODE) + bc
+    flags = NLM_F_REQUEST | NLM_F_DUMP
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(payload), TCPDIAG_GETSOCK, flags, seq, 0) + payload
+
+
 def _addr(family: int, raw: bytes) -> str:
     cache = _addr_cache[family]
     text = cache.get(raw)
@@ -142,7 +165,7 @@ def parse_into(data: bytes | memoryview, out: list[SocketRecord]) -> bool:
             mlen, mtype, fam, state, sport, dport, src, dst, uid, inode = unpack_msg(data, off)
         else:
             mlen, mtype = _NLMSGHDR.unpack_from(data, off)[:2]
-        if mtype != SOCK_DIAG_BY_FAMILY or mlen < _MSG_SIZE:
+        if (mtype != SOCK_DIAG_BY_FAMILY and mtype != TCPDIAG_GETSOCK) or mlen < _MSG_SIZE:
             if mlen < 16:
                 raise NetlinkError(0, f"malformed netlink message length {mlen}")
             if mtype == NLMSG_DONE:
@@ -225,9 +248,14 @@ def _next_after_done(data: bytes | memoryview, start: int) -> int:
     return len(data) - start
 
 
+_BOTH = (socket.AF_INET, socket.AF_INET6)
+# False once a kernel refused the compatibility request: ask per family from then on.
+_one_walk = True
+
+
 def dump(
     ports: Iterable[int] | None = None,
-    families: tuple[int, ...] = (socket.AF_INET, socket.AF_INET6),
+    families: tuple[int, ...] = _BOTH,
     capture: list[bytes] | None = None,
     sock: socket.socket | None = None,
 ) -> list[SocketRecord]:
@@ -238,15 +266,26 @@ def dump(
     for fixture files. Raises OSError (EPERM, EPROTONOSUPPORT, ...) when sock_diag is
     unavailable; a given socket is then in an unknown state and should be closed.
     """
+    global _one_walk
     if sock is None:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
             return dump(ports, families, capture, s)
     port_list = sorted(set(ports)) if ports else None
+    if _one_walk and set(families) == set(_BOTH):
+        try:
+            return _run(sock, [build_request_all(port_list)], capture)
+        except NetlinkError:  # no compatibility request in this kernel: per family
+            _one_walk = False
+    reqs = [build_request(f, port_list, seq) for seq, f in enumerate(families, 1)]
+    return _run(sock, reqs, capture)
+
+
+def _run(sock: socket.socket, requests: list[bytes], capture: list[bytes] | None) -> list:
     out: list[SocketRecord] = []
     buf = bytearray(1 << 16)
     view = memoryview(buf)
-    for seq, family in enumerate(families, 1):
-        sock.sendall(build_request(family, port_list, seq))
+    for req in requests:
+        sock.sendall(req)
         while True:
             n = sock.recv_into(buf)
             if capture is not None:

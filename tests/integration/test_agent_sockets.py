@@ -149,6 +149,41 @@ def test_kernel_port_filter_returns_exactly_the_matching_sockets() -> None:
             s.close()
 
 
+def test_one_walk_for_both_families_returns_what_two_requests_do() -> None:
+    from streaming.agent import netlink
+
+    listeners, conns = [], []
+    try:
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            srv = socket.socket(family)
+            srv.bind((host, 0))
+            srv.listen()
+            listeners.append(srv)
+            c = socket.create_connection(srv.getsockname()[:2])
+            a, _ = srv.accept()
+            conns += [c, a]
+        ports = [srv.getsockname()[1] for srv in listeners]
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_SOCK_DIAG) as nl:
+            nl.sendall(netlink.build_request_all(ports))
+            one: list = []
+            while not netlink.parse_into(nl.recv(1 << 16), one):
+                pass
+        per_family = netlink.dump(ports, families=(socket.AF_INET,)) + netlink.dump(
+            ports, families=(socket.AF_INET6,)
+        )
+
+        def view(recs: list) -> set:
+            return {(r.family, r.src, r.sport, r.dst, r.dport, r.inode) for r in recs}
+
+        assert view(one) == view(per_family)
+        assert {r.family for r in one} == {socket.AF_INET, socket.AF_INET6}
+        assert len([r for r in one if r.sport in ports or r.dport in ports]) == 4
+        assert all(r.idle_ms is not None for r in one)  # tcp_info came along
+    finally:
+        for s in conns + listeners:
+            s.close()
+
+
 def test_proc_collector_sees_close_wait_without_idle_times() -> None:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

@@ -92,6 +92,25 @@ def test_request_layout() -> None:
     assert nla_type == netlink.INET_DIAG_REQ_BYTECODE and nla_len == 4 + 16 + 4  # 2 tests + JMP
 
 
+def test_request_for_both_families_layout() -> None:
+    req = netlink.build_request_all([9092], seq=3)
+    length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", req)
+    assert (length, mtype, seq) == (len(req), netlink.TCPDIAG_GETSOCK, 3)
+    assert flags == netlink.NLM_F_REQUEST | netlink.NLM_F_DUMP
+    family, ext = struct.unpack_from("=BxxB", req, 16)
+    states, dbs = struct.unpack_from("=II", req, 16 + 4 + 48)
+    assert (family, ext, dbs) == (socket.AF_UNSPEC, 2, 0)  # unspecified: both families
+    assert not states & (1 << 10)
+    nla_len, nla_type = struct.unpack_from("=HH", req, 16 + 60)
+    assert nla_type == netlink.INET_DIAG_REQ_BYTECODE and nla_len == 4 + 16 + 4
+
+
+def test_replies_to_the_request_for_both_families_parse_alike() -> None:
+    msg = bytearray(_synthetic(_tcp_info(232)))
+    struct.pack_into("=H", msg, 4, netlink.TCPDIAG_GETSOCK)
+    assert netlink.parse_messages(bytes(msg)) == netlink.parse_messages(_synthetic(_tcp_info(232)))
+
+
 def _synthetic(tcp_info: bytes, family: int = socket.AF_INET) -> bytes:
     """One hand-built SOCK_DIAG_BY_FAMILY message (ports 40000 -> 9092, inode 77, uid 1000)."""
     src = socket.inet_pton(socket.AF_INET, "10.0.0.1") + bytes(12)
