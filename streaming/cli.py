@@ -21,6 +21,7 @@ COMPONENTS = (
     "streaming.agent.cli",
     "streaming.job.cli",
     "streaming.exporter.cli",
+    "streaming.topics.cli",
     "streaming.mixin.cli",
     "streaming.scenarios.cli",
 )

@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+from typing import Any
+
 from streaming.errors import ConfigError
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML (.yaml/.yml) or TOML (.toml) config file into a dict; ConfigError when it
+    cannot be read, does not parse or does not hold a mapping."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
+    try:
+        if p.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+    except Exception as exc:  # yaml.YAMLError or tomllib.TOMLDecodeError: unreadable
+        raise ConfigError(f"config: {p} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {p} must hold a mapping at the top")
+    return data
 
 
 def parse_pairs(setting: str, items: list[str] | None) -> dict[str, str]:

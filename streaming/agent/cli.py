@@ -40,6 +40,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--interval", type=float, dest="scan_interval_s", help="scan interval (s)")
     p.add_argument("--summary-interval", type=float, dest="summary_interval_s", help="seconds")
     p.add_argument("--topic", dest="events_topic", help="events topic (default connmon.events)")
+    p.add_argument(
+        "--check-topics",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="at start, check the events topic exists with cleanup.policy delete (default on)",
+    )
     p.add_argument("--metrics-address", help="HOST:PORT for /metrics ('' disables)")
     p.add_argument("--tls-cert-file", help="serve /metrics over https with this certificate")
     p.add_argument("--tls-key-file", help="the certificate's private key")
@@ -65,6 +71,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             "scan_interval_s",
             "summary_interval_s",
             "events_topic",
+            "check_topics",
             "metrics_address",
             "tls_cert_file",
             "tls_key_file",
@@ -83,6 +90,16 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return flags
 
 
+def check_events_topic(cfg: agent_config.AgentConfig) -> None:
+    """A missing events topic or one with the wrong cleanup.policy stops the agent at start;
+    a cluster that does not answer only gets a warning: the agent buffers and retries."""
+    from streaming.topics.admin import check_at_start
+
+    check_at_start(
+        "agent", cfg.kafka, {cfg.events_topic: "events"}, timeout_s=cfg.metadata_timeout_s
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from streaming.agent.metrics import AgentMetrics
     from streaming.agent.producer import KafkaSink, StreamSink
@@ -96,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not cfg.bootstrap_servers:
             raise ConfigError("bootstrap-servers: needed to produce events (or use --output)")
+        if cfg.check_topics:
+            check_events_topic(cfg)
         sink = KafkaSink(cfg.events_topic, cfg.host, cfg.kafka, metrics, cfg.queue_size)
     refresher = make_refresher(cfg, metrics)
     # Learn brokers before the first scan, so the first events carry broker ids.

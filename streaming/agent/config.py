@@ -7,6 +7,7 @@ File layout (YAML; TOML has the same keys)::
     scan_interval_s: 5
     summary_interval_s: 15
     events_topic: connmon.events
+    check_topics: true              # at start: the events topic exists, cleanup.policy delete
     queue_size: 10000
     metrics_address: 127.0.0.1:9852 # empty: no /metrics
     tls_cert_file: /etc/connmon/agent.crt           # with tls_key_file: https (TLS >= 1.2)
@@ -35,10 +36,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from streaming.agent.apps import FIELDS as APP_FIELDS
@@ -47,6 +46,7 @@ from streaming.agent.collector import COLLECTORS
 from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.errors import ConfigError
+from streaming.options import read_config_file
 from streaming.webserver import EndpointSecurity, check_security
 
 ENV_PREFIX = "CONNMON_AGENT_"
@@ -70,6 +70,8 @@ class AgentConfig:
     scan_interval_s: float = 5.0
     summary_interval_s: float = 15.0
     events_topic: str = "connmon.events"
+    # At start, check that the events topic exists with cleanup.policy delete.
+    check_topics: bool = True
     queue_size: int = 10000
     metrics_address: str = "127.0.0.1:9852"
     tls_cert_file: str | None = None
@@ -91,12 +93,25 @@ class AgentConfig:
         return self.kafka.get("bootstrap.servers")
 
 
+def boolean(value: Any) -> bool:
+    """true/false (also yes/no, on/off, 1/0) from a file, the environment or a flag."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(value)
+
+
 # Scalar settings: name -> converter. Env: CONNMON_AGENT_<NAME upper>.
-_SCALARS: dict[str, type] = {
+_SCALARS: dict[str, Any] = {
     "host": str,
     "scan_interval_s": float,
     "summary_interval_s": float,
     "events_topic": str,
+    "check_topics": boolean,
     "queue_size": int,
     "metrics_address": str,
     "tls_cert_file": str,
@@ -119,27 +134,6 @@ _KNOWN_CLUSTER = {
     "metadata_refresh_s",
     "kafka",
 }
-
-
-def read_file(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
-    try:
-        if p.suffix == ".toml":
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text) or {}
-    except Exception as exc:
-        raise ConfigError(f"config: {p} does not parse: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {p} must hold a mapping at the top")
-    return data
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -336,5 +330,5 @@ def load(
     path: str | None, flags: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> AgentConfig:
     """The agent's configuration from a file (optional), the environment and flags."""
-    file_data = read_file(path) if path else {}
+    file_data = read_config_file(path) if path else {}
     return build(file_data, from_env(os.environ if environ is None else environ), flags)

@@ -43,7 +43,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="extra librdkafka consumer setting (repeatable), e.g. security.protocol=SSL",
     )
+    p.add_argument(
+        "--check-topics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="at start, check the three topics exist and are compacted (default on)",
+    )
     p.set_defaults(func=run)
+
+
+def check_topics(conf: cfg.ExporterConfig) -> None:
+    """A missing topic or one that is not compacted stops the exporter at start; a cluster
+    that does not answer only gets a warning (the reader waits for it, as before)."""
+    from streaming.topics.admin import check_at_start
+
+    required = {conf.topics[role]: role for role in ("aggregates", "findings", "job_status")}
+    check_at_start(
+        "exporter",
+        {**conf.kafka_config, "bootstrap.servers": conf.bootstrap_servers},
+        required,
+        skip_hint="--no-check-topics skips this check",
+        setting="kafka-config",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         basic_auth_user=args.basic_auth_user,
         basic_auth_password_file=args.basic_auth_password_file,
         kafka_config=args.kafka_config,
+        check_topics=args.check_topics,
     )
+    if conf.check_topics:
+        check_topics(conf)
     store = Store(conf.series_limit, conf.staleness_s, conf.finding_staleness_s)
     try:
         httpd, _ = serve_endpoint(

@@ -31,6 +31,8 @@ class ExporterConfig:
     basic_auth_user: str | None = None
     basic_auth_password: str | None = field(default=None, repr=False)
     kafka_config: dict[str, str] = field(default_factory=dict)
+    # At start, check that the topics exist and are compacted.
+    check_topics: bool = True
 
     @property
     def security(self) -> EndpointSecurity:
@@ -64,6 +66,7 @@ def build(
     basic_auth_user: str | None = None,
     basic_auth_password_file: str | None = None,
     kafka_config: list[str] | None = None,
+    check_topics: bool = True,
 ) -> ExporterConfig:
     """Validate every setting; raises ``ConfigError`` naming the first wrong one."""
     if not bootstrap_servers.strip():
@@ -101,6 +104,7 @@ def build(
         basic_auth_user=security.basic_auth_user,
         basic_auth_password=security.basic_auth_password,
         kafka_config=parse_pairs("kafka-config", kafka_config),
+        check_topics=bool(check_topics),
     )
 
 

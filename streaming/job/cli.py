@@ -45,6 +45,12 @@ def register(subparsers: Any) -> None:
     job.add_argument("--status-topic")
     job.add_argument("--partials-topic", help="internal topic between the job's two queries")
     job.add_argument("--job-id")
+    job.add_argument(
+        "--check-topics",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="at start, check every topic exists with the right cleanup.policy (default on)",
+    )
     job.add_argument("--max-event-age", dest="max_event_age_s", help="e.g. 1d/24h; 'off'")
     job.add_argument("--max-event-future", dest="max_event_future_s", help="e.g. 5m; 'off'")
     job.add_argument("--shuffle-partitions", type=int)
@@ -111,6 +117,7 @@ _JOB_FIELDS = (
     "status_topic",
     "partials_topic",
     "job_id",
+    "check_topics",
     "max_event_age_s",
     "max_event_future_s",
     "shuffle_partitions",
@@ -141,8 +148,33 @@ def _session(s: JobSettings, app: str) -> Any:
     return job_session(app, s.master, conf)
 
 
+def check_topics(s: JobSettings) -> None:
+    """A missing topic or a wrong cleanup.policy stops the job before Spark starts; a cluster
+    that does not answer only gets a warning (the job's own clients then wait or fail as
+    before). The admin client uses the ``producer`` settings, as the driver's producer does."""
+    from streaming.topics.admin import check_at_start
+
+    required = {
+        s.events_topic: "events",
+        s.aggregates_topic: "aggregates",
+        s.findings_topic: "findings",
+        s.deadletter_topic: "deadletter",
+        s.status_topic: "job_status",
+        s.partials_topic: "partials",
+    }
+    check_at_start(
+        "job",
+        {**s.producer, "bootstrap.servers": s.bootstrap_servers},
+        required,
+        skip_hint="job.check_topics: false or --no-check-topics skips this check",
+        setting="producer",
+    )
+
+
 def run_job(args: argparse.Namespace) -> int:
     s = settings_from_args(args)
+    if s.check_topics:
+        check_topics(s)
     from streaming.job.pipeline import start_job
 
     spark = _session(s, s.job_id)

@@ -17,10 +17,11 @@ RUNTIME = {
     "metricnames": set(),
     "prometheus_bin": set(),
     "webserver": {"errors"},
-    "agent": {"schema", "metricnames", "errors", "options", "webserver"},
+    "topics": {"errors", "options"},
+    "agent": {"schema", "metricnames", "errors", "options", "webserver", "topics"},
     "detectors": {"schema"},
-    "job": {"detectors", "schema", "errors", "options"},
-    "exporter": {"schema", "metricnames", "errors", "options", "webserver"},
+    "job": {"detectors", "schema", "errors", "options", "topics"},
+    "exporter": {"schema", "metricnames", "errors", "options", "webserver", "topics"},
     "mixin": {"detectors", "metricnames", "prometheus_bin"},
 }
 
