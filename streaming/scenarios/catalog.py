@@ -276,8 +276,37 @@ TIME_WAIT = Scenario(
     expect_within_s=120.0,
 )
 
+TWO_CLUSTERS = Scenario(
+    name="two-clusters",
+    summary=(
+        "One raw client talks to broker 1 of two clusters: it leaks its connections to the main "
+        "cluster's broker 1 (reaped, then CLOSE_WAIT) and keeps a busy, healthy connection to "
+        "the zombie cluster's broker 1. Broker ids repeat across clusters: exactly one finding, "
+        "for the main cluster."
+    ),
+    cluster="main",
+    workloads=(
+        Workload(
+            "raw",
+            "close-wait-leak",
+            "xcluster-raw-leak",
+            interval_ms=3000,
+            options={"max_connections": 4},
+            broker=1,
+            also=("zombie", 1),
+        ),
+    ),
+    expect=(
+        Expect("close_wait_buildup", "xcluster-raw-leak", cluster="main"),
+        Expect(None, "xcluster-raw-leak", present=False, cluster="zombie"),
+    ),
+    detector=_uses("close_wait_grace_s"),
+    expect_within_s=150.0,
+)
+
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (HEALTHY, IDLE_CHURN, CLOSE_WAIT, DUPLICATE, ZOMBIE, STORM, TIME_WAIT)
+    s.name: s
+    for s in (HEALTHY, IDLE_CHURN, CLOSE_WAIT, DUPLICATE, ZOMBIE, STORM, TIME_WAIT, TWO_CLUSTERS)
 }
 
 

@@ -49,10 +49,15 @@ class FindingsBoard:
         )
 
     def ever_fired(
-        self, kind: str | None, app: str, side: str = "client", exclude: frozenset = frozenset()
+        self,
+        kind: str | None,
+        app: str,
+        side: str = "client",
+        exclude: frozenset = frozenset(),
+        cluster: str | None = None,
     ) -> list[dict]:
         """Firing messages for ``app`` (``"*"``: any app not in ``exclude``) on ``side`` (``"*"``:
-        either) of ``kind`` (None: any kind) seen so far."""
+        either) of ``kind`` (None: any kind) for ``cluster`` (None: any) seen so far."""
         return [
             f
             for f in self.history
@@ -60,6 +65,7 @@ class FindingsBoard:
             and (f.get("app") == app if app != "*" else f.get("app") not in exclude)
             and (side == "*" or f.get("side", "client") == side)
             and (kind is None or f.get("kind") == kind)
+            and (cluster is None or f.get("cluster") == cluster)
         ]
 
 
@@ -108,10 +114,15 @@ class FindingsReader:
             return list(self.board.active())
 
     def ever_fired(
-        self, kind: str | None, app: str, side: str = "client", exclude: frozenset = frozenset()
+        self,
+        kind: str | None,
+        app: str,
+        side: str = "client",
+        exclude: frozenset = frozenset(),
+        cluster: str | None = None,
     ) -> list[dict]:
         with self._lock:
-            return self.board.ever_fired(kind, app, side, exclude)
+            return self.board.ever_fired(kind, app, side, exclude, cluster)
 
     def stop(self) -> None:
         self._stop.set()

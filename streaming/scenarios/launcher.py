@@ -15,9 +15,9 @@ from streaming.scenarios import javadriver
 from streaming.scenarios.model import Workload
 
 
-def workload_argv(w: Workload, bootstrap: str) -> list[str]:
+def workload_argv(w: Workload, bootstrap: str, also: str | None = None) -> list[str]:
     """The command line of one workload against ``bootstrap`` (already narrowed to one broker
-    when the workload pins one)."""
+    when the workload pins one); ``also``: the endpoint of the workload's second cluster."""
     if w.client == "java":
         return javadriver.command(
             w.mode,
@@ -51,6 +51,8 @@ def workload_argv(w: Workload, bootstrap: str) -> list[str]:
         argv += ["--max-connections", str(w.options["max_connections"])]
     if "hold_ms" in w.options:
         argv += ["--hold-ms", str(w.options["hold_ms"])]
+    if also:
+        argv += ["--also", also]
     for k, v in w.props.items():
         argv += ["--prop", f"{k}={v}"]
     return argv

@@ -38,7 +38,8 @@ class ClusterProfile:
 @dataclass(frozen=True)
 class Workload:
     """One client process. ``cluster`` defaults to the scenario's; ``broker`` pins the
-    bootstrap list to one node (raw sockets; Java bootstrap tests)."""
+    bootstrap list to one node (raw sockets; Java bootstrap tests). ``also`` names a second
+    (cluster, broker) the same process keeps one busy, healthy connection to (raw leak only)."""
 
     client: str
     mode: str
@@ -51,6 +52,7 @@ class Workload:
     cluster: str | None = None
     broker: int | None = None
     start_after_s: float = 0.0
+    also: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,14 @@ ANY_APP = "*"
 class Expect:
     """A finding of ``kind`` (None: any kind) for client ``app`` must (not) appear. ``app`` may
     be ``ANY_APP``: any app and side that belongs to no other scenario (host-level findings,
-    broker-side findings, unattributed sockets)."""
+    broker-side findings, unattributed sockets). ``cluster``: only findings for that cluster
+    (None: any)."""
 
     kind: str | None
     app: str
     present: bool = True
     side: str = "client"
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,14 @@ def validate(scenarios: Iterable[Scenario], clusters: Mapping[str, ClusterProfil
                 raise ScenarioError(f"{where}: cluster {cluster!r} is not defined")
             if w.broker is not None and not 1 <= w.broker <= clusters[cluster].brokers:
                 raise ScenarioError(f"{where}: broker {w.broker} not in cluster {cluster!r}")
+            if w.also is not None:
+                also_cluster, also_broker = w.also
+                if (w.client, w.mode) != ("raw", "close-wait-leak"):
+                    raise ScenarioError(f"{where}: also is for raw close-wait-leak workloads")
+                if also_cluster not in clusters:
+                    raise ScenarioError(f"{where}: also cluster {also_cluster!r} is not defined")
+                if not 1 <= also_broker <= clusters[also_cluster].brokers:
+                    raise ScenarioError(f"{where}: also broker {also_broker} not in cluster")
             if w.app in apps:
                 raise ScenarioError(f"{where}: app name already used by {apps[w.app]!r}")
             apps[w.app] = s.name
@@ -131,6 +143,8 @@ def validate(scenarios: Iterable[Scenario], clusters: Mapping[str, ClusterProfil
                 raise ScenarioError(f"{s.name}: expected kind {e.kind!r} is unknown")
             if e.app != ANY_APP and e.app not in s.apps:
                 raise ScenarioError(f"{s.name}: expectation names app {e.app!r} not in workloads")
+            if e.cluster is not None and e.cluster not in clusters:
+                raise ScenarioError(f"{s.name}: expectation names cluster {e.cluster!r}")
         for a in s.actions:
             if a.kind not in ACTIONS:
                 raise ScenarioError(f"{s.name}: action {a.kind!r} not one of {ACTIONS}")

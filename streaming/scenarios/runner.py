@@ -176,7 +176,9 @@ class Session:
     def _start_workload(self, s: Scenario, w: Workload) -> None:
         cluster = self.clusters[s.workload_cluster(w)]
         bootstrap = cluster.node(w.broker).endpoint if w.broker else cluster.bootstrap_servers
-        proc = Proc(w.app, workload_argv(w, bootstrap), self.run_dir / "workloads" / f"{w.app}.log")
+        also = self.clusters[w.also[0]].node(w.also[1]).endpoint if w.also else None
+        argv = workload_argv(w, bootstrap, also)
+        proc = Proc(w.app, argv, self.run_dir / "workloads" / f"{w.app}.log")
         self.workloads[w.app] = proc.start()
 
     def dead_workloads(self) -> list[Proc]:

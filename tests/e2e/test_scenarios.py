@@ -28,7 +28,7 @@ def _others(s: Scenario) -> frozenset[str]:
 
 
 def _fired(session, s: Scenario, e: Expect) -> list[dict]:
-    return session.findings.ever_fired(e.kind, e.app, e.side, exclude=_others(s))
+    return session.findings.ever_fired(e.kind, e.app, e.side, _others(s), e.cluster)
 
 
 def _selector(s: Scenario, e: Expect, extra: str = "") -> str:
@@ -41,6 +41,8 @@ def _selector(s: Scenario, e: Expect, extra: str = "") -> str:
         parts.append(f'app!~"{"|".join(sorted(_others(s)))}"')
     if e.side != ANY_APP:
         parts.append(f'side="{e.side}"')
+    if e.cluster is not None:
+        parts.append(f'cluster="{e.cluster}"')
     return "{" + ", ".join(parts) + "}"
 
 

@@ -188,6 +188,14 @@ def test_validate_names_the_scenario_and_field():
     with pytest.raises(ScenarioError, match="broker 4 not in cluster 'main'"):
         w = Workload("raw", "churn", "x-app", broker=4)
         validate([_scn("x", workloads=(w,))], catalog.CLUSTERS)
+    with pytest.raises(ScenarioError, match="also is for raw close-wait-leak"):
+        w = Workload("raw", "churn", "x-app", also=("zombie", 1))
+        validate([_scn("x", workloads=(w,))], catalog.CLUSTERS)
+    with pytest.raises(ScenarioError, match="also broker 2 not in cluster"):
+        w = Workload("raw", "close-wait-leak", "x-app", also=("zombie", 2))
+        validate([_scn("x", workloads=(w,))], catalog.CLUSTERS)
+    with pytest.raises(ScenarioError, match="expectation names cluster 'nowhere'"):
+        validate([_scn("x", expect=(Expect(None, "x-app", cluster="nowhere"),))], catalog.CLUSTERS)
 
 
 def test_detector_settings_of_two_scenarios_must_agree():
@@ -220,6 +228,9 @@ def test_workload_argv_carries_the_app_marker_and_settings():
         "127.0.0.1:1",
     )
     assert j[0] == "java" and "ConnmonDriver" in j
+    leak = Workload("raw", "close-wait-leak", "r-app", also=("zombie", 1))
+    r = workload_argv(leak, "127.0.0.1:1", also="127.0.0.1:2")
+    assert r[r.index("--also") + 1] == "127.0.0.1:2"
     assert j[j.index("--mode") + 1] == "stalled-consumer" and j[j.index("--poll-for-s") + 1] == "5"
 
 
@@ -246,6 +257,10 @@ def test_findings_board_keeps_latest_per_key_and_sets_malformed_aside():
     assert b.active() == []
     assert len(b.ever_fired("idle_churn", "a")) == 1  # history keeps the firing message
     assert b.ever_fired(None, "a") and not b.ever_fired(None, "b")
+    other = b'{"kind":"idle_churn","status":"firing","app":"a","cluster":"east","key":"k2"}'
+    b.fold(b"k2", other, 3.5)
+    assert [f["key"] for f in b.ever_fired(None, "a", cluster="east")] == ["k2"]
+    assert b.ever_fired(None, "a", cluster="west") == []
     b.fold(b"k1", None, 4.0)  # tombstone
     assert "k1" not in b.latest
 

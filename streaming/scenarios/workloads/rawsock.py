@@ -5,7 +5,9 @@ broker treats it as a client. Modes:
 
 - ``close-wait-leak``: opens a connection every interval (up to ``--max-connections``), then
   never reads nor closes it. When the broker reaps it (``connections.max.idle.ms``) the socket
-  sits in CLOSE_WAIT for as long as the process lives: the Sarama / kafka-rust leak.
+  sits in CLOSE_WAIT for as long as the process lives: the Sarama / kafka-rust leak. With
+  ``--also host:port`` the same process also keeps one connection to that (other cluster's)
+  broker busy with an ApiVersions round trip every interval: healthy, never idle.
 - ``churn``: connect, ApiVersions, close after ``--hold-ms``, a new connection every interval:
   the client closes first, so each connection leaves a TIME_WAIT socket on this host for 60 s
   (TIME_WAIT pile-up). Holding each one briefly (default 1.5 s) lets a once-a-second scanner
@@ -55,18 +57,41 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def handshake(endpoint: tuple[str, int], correlation_id: int, app: str) -> socket.socket:
     """Connect and complete one ApiVersions round trip; the socket stays open."""
     sock = socket.create_connection(endpoint, timeout=5)
-    sock.sendall(api_versions_request(correlation_id, app))
-    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
-    _recv_exact(sock, size)
+    _round_trip(sock, correlation_id, app)
     return sock
 
 
-def leak(app: str, endpoints: list[tuple[str, int]], interval_ms: int, max_conns: int) -> None:
+def _round_trip(sock: socket.socket, correlation_id: int, app: str) -> None:
+    sock.sendall(api_versions_request(correlation_id, app))
+    (size,) = struct.unpack(">i", _recv_exact(sock, 4))
+    _recv_exact(sock, size)
+
+
+def leak(
+    app: str,
+    endpoints: list[tuple[str, int]],
+    interval_ms: int,
+    max_conns: int,
+    also: tuple[str, int] | None = None,
+) -> None:
     held: list[socket.socket] = []  # never closed, never read again: that is the bug
+    busy: socket.socket | None = None
     targets = itertools.cycle(endpoints)
     for n in itertools.count():
         if common.STOP.is_set():
             break
+        if also is not None:
+            try:
+                if busy is None:
+                    busy = handshake(also, n, app)
+                    common.status(app, f"busy connection to {also[0]}:{also[1]}")
+                else:
+                    _round_trip(busy, n, app)
+            except OSError as exc:
+                common.status(app, f"busy connection to {also[0]}:{also[1]} failed: {exc}")
+                if busy is not None:
+                    busy.close()
+                busy = None
         if len(held) < max_conns:
             ep = next(targets)
             try:
@@ -76,6 +101,8 @@ def leak(app: str, endpoints: list[tuple[str, int]], interval_ms: int, max_conns
                 common.status(app, f"connect to {ep[0]}:{ep[1]} failed: {exc}")
         if common.sleep_until_stopped(interval_ms / 1000):
             break
+    if busy is not None:
+        busy.close()
     common.status(app, f"exiting with {len(held)} leaked sockets")
 
 
@@ -107,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     p = common.base_parser(__doc__ or "", ("close-wait-leak", "churn"))
     p.add_argument("--max-connections", type=int, default=10, help="close-wait-leak")
     p.add_argument("--hold-ms", type=int, default=1500, help="churn: lifetime of a connection")
+    p.add_argument("--also", help="close-wait-leak: host:port of a broker kept busy")
     args = p.parse_args(argv)
     common.install_signal_handlers()
     endpoints = parse_endpoints(args.bootstrap)
     if args.mode == "close-wait-leak":
-        leak(args.app, endpoints, args.interval_ms or 2000, args.max_connections)
+        also = parse_endpoints(args.also)[0] if args.also else None
+        leak(args.app, endpoints, args.interval_ms or 2000, args.max_connections, also)
     else:
         churn(
             args.app, endpoints, 100 if args.interval_ms is None else args.interval_ms, args.hold_ms
