@@ -47,6 +47,7 @@ from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.errors import ConfigError
 from streaming.options import read_config_file
+from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
 
 ENV_PREFIX = "CONNMON_AGENT_"
@@ -69,7 +70,7 @@ class AgentConfig:
     host: str = field(default_factory=socket.gethostname)
     scan_interval_s: float = 5.0
     summary_interval_s: float = 15.0
-    events_topic: str = "connmon.events"
+    events_topic: str = TOPIC_NAMES["events"]
     # At start, check that the events topic exists with cleanup.policy delete.
     check_topics: bool = True
     queue_size: int = 10000

@@ -7,14 +7,11 @@ from dataclasses import dataclass, field
 
 from streaming.errors import ConfigError
 from streaming.options import parse_pairs
+from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
 
 DEFAULT_LISTEN = "127.0.0.1:9853"
-DEFAULT_TOPICS = {
-    "aggregates": "connmon.aggregates",
-    "findings": "connmon.findings",
-    "job_status": "connmon.job-status",
-}
+DEFAULT_TOPICS = {role: TOPIC_NAMES[role] for role in ("aggregates", "findings", "job_status")}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
+from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -30,13 +31,13 @@ class JobSettings:
     """Everything ``connmon job`` needs besides the detector thresholds."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
-    events_topic: str = "connmon.events"
-    aggregates_topic: str = "connmon.aggregates"
-    findings_topic: str = "connmon.findings"
-    deadletter_topic: str = "connmon.deadletter"
-    status_topic: str = "connmon.job-status"
+    events_topic: str = TOPIC_NAMES["events"]
+    aggregates_topic: str = TOPIC_NAMES["aggregates"]
+    findings_topic: str = TOPIC_NAMES["findings"]
+    deadletter_topic: str = TOPIC_NAMES["deadletter"]
+    status_topic: str = TOPIC_NAMES["job_status"]
     # Internal: partial window rows from the ingest query to the state query, keyed by bucket.
-    partials_topic: str = "connmon.partials"
+    partials_topic: str = TOPIC_NAMES["partials"]
     job_id: str = "connmon-job"
     # At start, check that every topic exists with the cleanup.policy its data flow needs.
     check_topics: bool = True
