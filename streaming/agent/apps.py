@@ -5,19 +5,22 @@ comm or the Kubernetes pod ("<namespace>/<pod name>", empty outside pods); the f
 and its name may use the match's groups (``\\1``). Defaults: in a pod, ``<namespace>/<workload>``
 (the pod name without the suffix its controller generated, so every replica and every rollout
 of a Deployment is one app); else a Java main class (``kafka.Kafka`` is ``kafka-broker``) or
-``-jar name.jar``, a Python script or ``-m`` module, else the process name. Names are sanitized
-and bounded: they become label values.
+``-jar name.jar``, a Python script or ``-m`` module, else the process name. connmon's own
+processes are ``connmon-<subcommand>`` (``connmon-agent``, ``connmon-job``, ...), and so is the
+Spark JVM a ``connmon job`` driver starts, named after its parent. Names are sanitized and
+bounded: they become label values.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from streaming.agent.pods import workload_name
 from streaming.agent.procs import ProcInfo
+from streaming.schema.aggregates import CONNMON_COMMANDS
 
 MAX_NAME = 64
 UNKNOWN = "unknown"
@@ -73,6 +76,30 @@ def _java_name(args: tuple[str, ...]) -> str | None:
     return None
 
 
+def connmon_name(args: tuple[str, ...]) -> str | None:
+    """``connmon-<subcommand>`` for connmon's own command line (the ``connmon`` script, run
+    directly or by its Python interpreter, or ``python -m streaming``); None otherwise."""
+    if not args:
+        return None
+    if os.path.basename(args[0]) == "connmon":
+        rest = args[1:]
+    elif os.path.basename(args[0]).startswith("python") and len(args) > 1:
+        if os.path.basename(args[1]) == "connmon":
+            rest = args[2:]
+        elif args[1:3] == ("-m", "streaming"):
+            rest = args[3:]
+        else:
+            return None
+    else:
+        return None
+    # "--log-level X" is the only option connmon takes before the subcommand.
+    words = [x for x in rest if not x.startswith("-")]
+    for cmd in words[:2]:
+        if cmd in CONNMON_COMMANDS:
+            return f"connmon-{cmd}"
+    return None
+
+
 def _python_name(args: tuple[str, ...]) -> str | None:
     i = 1
     while i < len(args):
@@ -94,6 +121,9 @@ def _python_name(args: tuple[str, ...]) -> str | None:
 
 def default_name(info: ProcInfo) -> str:
     """The app name with no rule matching."""
+    own = connmon_name(info.cmdline)
+    if own is not None:
+        return own
     if info.pod is not None:
         return f"{sanitize(info.pod.namespace)}/{sanitize(workload_name(info.pod.name))}"
     args = info.cmdline
@@ -106,11 +136,20 @@ def default_name(info: ProcInfo) -> str:
     return sanitize(name or info.comm or prog)
 
 
-class AppNamer:
-    """Name processes with ``rules`` then the defaults; results cached per pid."""
+SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
 
-    def __init__(self, rules: Iterable[AppRule] = ()) -> None:
+
+class AppNamer:
+    """Name processes with ``rules`` then the defaults; results cached per pid. ``parent_of``
+    looks up a process by pid, to name the Spark JVM of a ``connmon job`` driver."""
+
+    def __init__(
+        self,
+        rules: Iterable[AppRule] = (),
+        parent_of: Callable[[int], ProcInfo | None] | None = None,
+    ) -> None:
         self.rules = tuple(rules)
+        self.parent_of = parent_of
         self._cache: dict[tuple[int, tuple[str, ...]], str] = {}
 
     def name(self, info: ProcInfo | None) -> str:
@@ -132,4 +171,8 @@ class AppNamer:
             m = rule.pattern.search(texts[rule.field])
             if m:
                 return sanitize(m.expand(rule.name))
+        if SPARK_SUBMIT in info.cmdline and info.ppid and self.parent_of is not None:
+            parent = self.parent_of(info.ppid)
+            if parent is not None and connmon_name(parent.cmdline) == "connmon-job":
+                return "connmon-job"
         return default_name(info)

@@ -22,6 +22,17 @@ class ProcInfo:
     exe: str | None
     container: str | None  # "<pod-uid>/<short-id>", the short id, or None (see pods.ContainerRef)
     pod: PodRef | None = None  # Kubernetes namespace and name, when the node's files tell
+    ppid: int | None = None
+
+
+def parse_ppid(stat: str) -> int | None:
+    """The parent pid from /proc/<pid>/stat (after the parenthesised comm, which may itself
+    hold spaces and parentheses)."""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def parse_cmdline(raw: bytes) -> tuple[str, ...]:
@@ -138,4 +149,8 @@ class ProcessTable:
         pod = None
         if ref is not None and ref.pod_uid and self.pods is not None:
             pod = self.pods.lookup(ref.pod_uid)
-        return ProcInfo(pid, comm, cmdline, exe, ref.label if ref else None, pod)
+        try:
+            ppid: int | None = parse_ppid((base / "stat").read_text())
+        except OSError:
+            ppid = None
+        return ProcInfo(pid, comm, cmdline, exe, ref.label if ref else None, pod, ppid)

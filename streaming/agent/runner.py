@@ -70,7 +70,7 @@ class Agent:
             cfg.collector, cfg.proc_root, namespaces=cfg.network_namespaces
         )
         self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory())
-        self.namer = AppNamer(cfg.apps)
+        self.namer = AppNamer(cfg.apps, parent_of=self.procs.info)
         self.clock = clock
         self.started = clock()
         self.events = EventFactory(cfg.host, make_agent_id(cfg.host, self.started), clock)

@@ -71,6 +71,10 @@ class DetectorConfig:
     fire_after_windows: int = 1
     resolve_after_windows: int = 2
 
+    # connmon's own processes (its agent, job and exporter talk to the clusters they watch) get
+    # no findings unless this is on; their aggregates are published either way.
+    include_connmon: bool = False
+
     def replace(self, **changes: Any) -> DetectorConfig:
         """A copy with some thresholds changed; unknown names fail with the name."""
         names = {f.name for f in dataclasses.fields(self)}

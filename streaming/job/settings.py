@@ -138,12 +138,26 @@ def detector_config(base: DetectorConfig, changes: dict[str, Any], origin: str) 
     for key, value in changes.items():
         if key not in types:
             raise ConfigError(f"{origin}.{key}: unknown detector setting")
+        if types[key] in (bool, "bool"):
+            typed[key] = _flag(f"{origin}.{key}", value)
+            continue
         kind = int if types[key] in (int, "int") else float
         try:
             typed[key] = kind(value)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}.{key}: {value!r} is not a number") from exc
     return base.replace(**typed)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ConfigError(f"{name}: {value!r} is not true or false")
 
 
 def load_file(path: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from streaming.detectors import DETECTORS, detect_all
 from streaming.detectors.config import DetectorConfig
-from streaming.schema.aggregates import HOST_SERIES, SERIES_FIELDS, Aggregate
+from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key
 from streaming.schema.times import epoch, iso
 
@@ -188,6 +188,8 @@ class Tracker:
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
 
     def _evaluate(self, agg: Aggregate, windows: list[Aggregate]) -> dict[str, Finding]:
+        if agg.app in CONNMON_APPS and not self.cfg.include_connmon:
+            return {}
         earlier = [w for w in windows if w.window_start < agg.window_start]
         return detect_all(agg, self.cfg, earlier)
 

@@ -35,16 +35,8 @@ JOB_TRIGGER = "5s"  # a micro-batch takes 4-6 s on 2 shared cores; 2 s only fell
 ALERT_FOR = "5s"
 SCRAPE_S = 1.0
 # The workloads carry ``--app NAME`` in argv; one agent rule turns it into the app name.
-# connmon's own processes get their component's name (default naming would say "streaming").
-APP_RULES = (
-    {"match": r"--app (\S+)", "name": r"\1", "on": "cmdline"},
-    # connmon's own processes: `python -m streaming agent` or the `connmon agent` script.
-    {
-        "match": r"(?:-m streaming|/connmon) (agent|job|exporter)\b",
-        "name": r"connmon-\1",
-        "on": "cmdline",
-    },
-)
+# connmon's own processes are named connmon-<component> by the agent's defaults.
+APP_RULES = ({"match": r"--app (\S+)", "name": r"\1", "on": "cmdline"},)
 
 FINDING_METRIC = "connmon_finding_active"
 _ALERT_NAMES = {

@@ -14,6 +14,11 @@ from typing import Any
 SCHEMA_VERSION = 1
 # app and broker of a host-level series: the host's TCP counters, which no socket explains.
 HOST_SERIES = "*"
+# connmon's own processes, as the agent names them ("connmon-<subcommand>", the job's Spark JVM
+# "connmon-job"): they talk to the clusters they monitor, and the job leaves them out of
+# findings unless told otherwise.
+CONNMON_COMMANDS = ("agent", "job", "exporter", "topics", "replay", "demo", "scenario", "stack")
+CONNMON_APPS = frozenset(f"connmon-{c}" for c in CONNMON_COMMANDS)
 
 
 # Percent-encoding of the key separators, so two different series never share a key. Names

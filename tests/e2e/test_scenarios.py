@@ -113,3 +113,18 @@ def test_duplicate_finding_names_the_idle_extra_socket(scenario_session) -> None
     evidence = fired[0].get("evidence") or {}
     idle = [v for k, v in evidence.items() if "idle" in k and isinstance(v, int | float)]
     assert idle and max(idle) >= session.detector.duplicate_idle_s, evidence
+
+
+def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> None:
+    """The session's own agent, job (and its Spark JVM) and exporter talk to the clusters they
+    watch: they are named connmon-* and get no finding, while their sockets are still counted."""
+    from streaming.schema.aggregates import CONNMON_APPS
+
+    session = scenario_session
+    prom = session.components.prometheus
+    q = 'count by (app) (connmon_sockets{side="client", app=~"connmon-.*"})'
+    assert prom.wait_for(q, timeout_s=120), f"{q}: connmon's own processes were not named"
+    named = {r["metric"]["app"] for r in prom.query(q)}
+    assert {"connmon-agent", "connmon-job"} <= named, named
+    own = [f for a in sorted(CONNMON_APPS) for f in session.findings.ever_fired(None, a, "*")]
+    assert own == [], own

@@ -123,3 +123,37 @@ def test_a_process_in_a_pod_is_named_after_its_workload(tmp_path: Path) -> None:
     assert namer.name(got[3101]) == "feeder"
     k = ProcInfo(1, "java", ("java",), None, None, PodRef("u", "kafka", "kafka-0"))
     assert namer.name(k) == "kafka-in-k8s"
+
+
+def test_connmon_names_its_own_processes() -> None:
+    from streaming.agent.apps import connmon_name
+
+    venv = "/opt/connmon/.venv/bin"
+    assert connmon_name((f"{venv}/python3", f"{venv}/connmon", "agent", "--config", "a")) == (
+        "connmon-agent"
+    )
+    assert connmon_name(("connmon", "--log-level", "DEBUG", "job")) == "connmon-job"
+    assert connmon_name(("python3", "-m", "streaming", "exporter")) == "connmon-exporter"
+    assert connmon_name(("python3", "-m", "streaming.scenarios.workloads.rawsock")) is None
+    assert connmon_name(("python3", "/srv/orders.py", "connmon", "agent")) is None
+    assert connmon_name(("connmon", "--help")) is None
+    assert default_name(info(f"{venv}/python3", f"{venv}/connmon", "exporter")) == (
+        "connmon-exporter"
+    )
+
+
+def test_the_spark_jvm_of_a_connmon_job_is_named_after_its_driver(tmp_path: Path) -> None:
+    jvm = ["java", "-cp", "/spark/jars/*", "org.apache.spark.deploy.SparkSubmit", "pyspark-shell"]
+    make_proc(tmp_path, 40, ["/venv/bin/python3", "/venv/bin/connmon", "job"], [4001])
+    make_proc(tmp_path, 41, jvm, [4101])
+    make_proc(tmp_path, 50, ["/usr/bin/python3", "/srv/etl.py"], [5001])
+    make_proc(tmp_path, 51, jvm, [5101])
+    for pid, ppid in ((40, 1), (41, 40), (50, 1), (51, 50)):
+        comm = "java (x) y" if pid in (41, 51) else "python3"
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} {pid} {pid} 0\n")
+    table = ProcessTable(tmp_path)
+    got = table.lookup({4101, 5101})
+    assert got[4101].ppid == 40 and got[5101].ppid == 50
+    namer = AppNamer(parent_of=table.info)
+    assert namer.name(got[4101]) == "connmon-job"
+    assert namer.name(got[5101]) == "spark-submit"  # someone else's Spark job

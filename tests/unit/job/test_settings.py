@@ -38,6 +38,13 @@ def test_wrong_setting_is_named(cli, setting):
         from_sources(cli=cli)
 
 
+def test_include_connmon_is_a_flag():
+    assert from_sources(detector_overrides={"include_connmon": "true"}).detectors.include_connmon
+    assert not from_sources(detector_overrides={"include_connmon": "no"}).detectors.include_connmon
+    with pytest.raises(ConfigError, match="^set.include_connmon: 'maybe' is not true or false"):
+        from_sources(detector_overrides={"include_connmon": "maybe"})
+
+
 @pytest.mark.parametrize("name", ["fire_after_windows", "resolve_after_windows"])
 @pytest.mark.parametrize("value", ["0", "61"])
 def test_hysteresis_windows_are_bounded(name, value):

@@ -99,6 +99,16 @@ def test_hysteresis_history_survives_pruning_and_a_restore():
     assert statuses(restored.process([leak(2)], {})) == [("close_wait_buildup", "firing", "05:02")]
 
 
+def test_connmon_itself_gets_no_finding_unless_asked():
+    own = leak(0)
+    own.app = "connmon-agent"
+    t = tracker()
+    out = t.process([own], {})
+    assert out.findings == [] and [a.app for a in out.aggregates] == ["connmon-agent"]
+    t = Tracker(CFG.replace(include_connmon=True), clock=lambda a: a.window_end)
+    assert statuses(t.process([own], {})) == [("close_wait_buildup", "firing", "05:00")]
+
+
 def test_stale_series_is_resolved_by_event_time():
     t = tracker()
     t.process([leak(0)], {})
