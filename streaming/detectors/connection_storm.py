@@ -2,7 +2,10 @@
 
 A broken broker, a failed authentication or a closed listener with short reconnect backoffs
 makes a client reconnect many times a second: SYN_SENT sockets, short lifetimes, and refused or
-timed-out connects that leave no socket at all (the host's TCP AttemptFails counter).
+timed-out connects that leave no socket at all (the host's TCP AttemptFails counter). A process
+that creates a new Kafka client for every request looks alike, except that its connections
+succeed and it closes them itself. The recommendation follows which of these the window shows
+(``cause``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,55 @@ def rates(agg: Aggregate) -> dict[str, float | None]:
         "short_lived_per_min": agg.short_lived * per_min,
         "host_attempt_fails_per_min": agg.host_attempt_fails_per_min,
     }
+
+
+# What the evidence says about a client-side storm, in the order it is checked.
+UNANSWERED = "unanswered"  # connects pile up in SYN_SENT: nothing answers them
+CLIENT_CLOSES = "client_closes"  # connections succeed and the client closes them at once
+PEER_CLOSES = "peer_closes"  # connections succeed and the broker closes them at once
+UNKNOWN = "unknown"
+# Share of the window's closes one side must have made to say who closes.
+_MOSTLY = 2 / 3
+
+
+def cause(agg: Aggregate, cfg: DetectorConfig) -> str:
+    """Why a client x broker pair churns, from the window's SYN_SENT count and who closed."""
+    if agg.syn_sent_count >= cfg.storm_syn_sent_count:
+        return UNANSWERED
+    closes = agg.closes_local + agg.closes_peer + agg.closes_unknown
+    if closes and agg.short_lived:
+        if agg.closes_local >= _MOSTLY * closes:
+            return CLIENT_CLOSES
+        if agg.closes_peer >= _MOSTLY * closes:
+            return PEER_CLOSES
+    return UNKNOWN
+
+
+_CLIENT_ADVICE = {
+    UNANSWERED: (
+        "Its connects are not answered (SYN_SENT): the broker's address is unreachable from "
+        "this host (broker down, firewall, or an advertised listener this client cannot "
+        "route to). Fix the path or the listener, and {backoff}."
+    ),
+    CLIENT_CLOSES: (
+        "Its connections succeed and it closes them itself within seconds: the application "
+        "creates a Kafka client (producer, consumer or admin) per request or message and closes "
+        "it afterwards. Create one client per process and reuse it; every new client pays a "
+        "TCP (+TLS +SASL) handshake and a metadata fetch per broker."
+    ),
+    PEER_CLOSES: (
+        "Its connections succeed and the broker closes them within seconds: look in the broker "
+        "log for authentication failures (SASL/SSL), max.connections or "
+        "max.connections.per.ip rejections, or a request the listener refuses (wrong "
+        "security.protocol), fix that, and {backoff}."
+    ),
+    UNKNOWN: (
+        "The client reconnects without backing off: find why connections fail (broker down "
+        "or unreachable, wrong listener, SASL/SSL authentication errors in the client log) "
+        "and {backoff}; with metadata.recovery.strategy=rebootstrap (Kafka 4.0 default) "
+        "check that bootstrap.servers are reachable."
+    ),
+}
 
 
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
@@ -51,28 +103,29 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     if not hit:
         return []
     severity = "critical" if max(hit.values()) >= cfg.storm_critical_factor else "warning"
+    why = UNKNOWN
     if host_level:
         summary = (
-            f"Connects from {agg.host} fail {r['host_attempt_fails_per_min']:.0f} times/min "
-            "(TCP AttemptFails): a reconnect storm against a stopped or unreachable broker."
+            f"Outgoing TCP connects on {agg.host} fail {r['host_attempt_fails_per_min']:.0f} "
+            "times/min (the host's AttemptFails counter: every process and every port, not "
+            "only Kafka): something reconnects in a loop to an address that refuses or does "
+            "not answer."
         )
         advice = (
-            "Refused or timed-out connects leave no socket to attribute: find the client whose "
-            "log repeats connection failures (a stopped broker, a wrong listener or "
-            f"bootstrap.servers entry), and on that client {RAISE_BACKOFF}."
+            "A refused or timed-out connect leaves no socket, so the counter names no process "
+            "and no broker: look for the process whose log repeats connection failures (a "
+            "stopped broker, a wrong listener or bootstrap.servers entry, or a service other "
+            f"than Kafka); if it is a Kafka client, {RAISE_BACKOFF}."
         )
     elif agg.side == "client":
+        why = cause(agg, cfg)
         summary = (
             f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to broker "
             f"{agg.broker} ({r['short_lived_per_min']:.0f}/min short-lived, "
-            f"{agg.syn_sent_count} in SYN_SENT): a reconnect storm."
+            f"{agg.syn_sent_count} in SYN_SENT): "
+            + ("a new client per request." if why == CLIENT_CLOSES else "a reconnect storm.")
         )
-        advice = (
-            "The client reconnects without backing off: find why connections fail (broker down "
-            "or unreachable, wrong listener, SASL/SSL authentication errors in the client log) "
-            f"and {RAISE_BACKOFF}; with metadata.recovery.strategy=rebootstrap "
-            "(Kafka 4.0 default) check that bootstrap.servers are reachable."
-        )
+        advice = _CLIENT_ADVICE[why].format(backoff=RAISE_BACKOFF)
     else:
         summary = (
             f"Broker {agg.broker} on {agg.host} accepts {r['opens_per_min']:.0f} connections/min "
@@ -88,6 +141,8 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         **{k: v for k, v in r.items()},
         "syn_sent_count": agg.syn_sent_count,
         "lifetime_avg_s": agg.lifetime_avg_s,
+        "closes_local": agg.closes_local,
+        "closes_peer": agg.closes_peer,
         # Which thresholds were crossed, as multiples of the threshold (evidence is numbers).
         **{f"{name}_x_threshold": round(ratio, 2) for name, ratio in sorted(hit.items())},
     }

@@ -204,6 +204,37 @@ def test_storm_recommends_backoff_settings():
     assert all(v is None or isinstance(v, int | float) for v in f.evidence.values())
 
 
+@pytest.mark.parametrize(
+    ("fields", "cause", "says", "never"),
+    [
+        # A new producer per request: every connection succeeds and the client closes it.
+        ({"opens": 120, "short_lived": 118, "closes_local": 118, "closes_peer": 2},
+         "client_closes", "reuse", "backoff"),
+        # The broker drops them: authentication or connection limits.
+        ({"opens": 120, "short_lived": 118, "closes_local": 3, "closes_peer": 115},
+         "peer_closes", "broker log", "reuse"),
+        # Nothing answers.
+        ({"opens": 60, "syn_sent_count": 25}, "unanswered", "unreachable", "reuse"),
+        # Closes split between both sides: no claim about who closes.
+        ({"opens": 120, "short_lived": 100, "closes_local": 50, "closes_peer": 50},
+         "unknown", "find why connections fail", "reuse"),
+    ],
+)  # fmt: skip
+def test_storm_advice_follows_the_evidence(fields, cause, says, never):
+    agg = make_agg(**fields)
+    assert connection_storm.cause(agg, CFG) == cause
+    (f,) = connection_storm.detect(agg, CFG)
+    assert says in f.recommendation and never not in f.recommendation
+    assert f.evidence["closes_local"] == fields.get("closes_local", 0)
+
+
+def test_host_level_storm_is_worded_host_wide_and_names_no_broker():
+    agg = make_agg(host_attempt_fails_per_min=400.0, app="*", broker="*")
+    (f,) = connection_storm.detect(agg, CFG)
+    assert "every process and every port" in f.summary
+    assert "broker *" not in f.summary and "names no process and no broker" in f.recommendation
+
+
 # ---- time_wait_pileup --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("count", "expected"),
