@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def scenario_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Everything started once; stopped at the end of the session whatever happened."""
+    """Everything started once for the module that uses it (test_scenarios.py), and stopped
+    when that module is done, whatever happened: three clusters, the job and the clients
+    would otherwise keep two cores busy through every later test."""
     from streaming.scenarios import catalog
     from streaming.scenarios.runner import Session
 
