@@ -258,7 +258,8 @@ TIME_WAIT = Scenario(
     name="time-wait",
     summary=(
         "A client that opens a connection every 100 ms, uses it and closes it 1.5 s later: it "
-        "closes first, so ~600 sockets sit in TIME_WAIT (60 s each) toward one broker."
+        "closes first, so ~600 sockets sit in TIME_WAIT (60 s each) toward one broker, and its "
+        "connect rate is a storm of the kind a new client per request makes."
     ),
     cluster="main",
     workloads=(
@@ -271,8 +272,13 @@ TIME_WAIT = Scenario(
             broker=1,
         ),
     ),
-    expect=(Expect("time_wait_pileup", "timewait-raw-churn"),),
-    detector=_uses("time_wait_warning_count"),
+    # Every connection succeeds and the client closes it itself: a storm whose advice is to
+    # reuse one client, not to back off.
+    expect=(
+        Expect("time_wait_pileup", "timewait-raw-churn"),
+        Expect("connection_storm", "timewait-raw-churn"),
+    ),
+    detector=_uses("time_wait_warning_count", "storm_opens_per_min", "storm_short_lived_s"),
     expect_within_s=120.0,
 )
 

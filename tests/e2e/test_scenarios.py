@@ -115,6 +115,20 @@ def test_duplicate_finding_names_the_idle_extra_socket(scenario_session) -> None
     assert idle and max(idle) >= session.detector.duplicate_idle_s, evidence
 
 
+def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenario_session):
+    """Its connections all succeed and it closes them itself: the storm's advice is about
+    reusing one client, not about reconnect backoff."""
+    session = scenario_session
+    e = Expect("connection_storm", "timewait-raw-churn")
+    s = catalog.SCENARIOS["time-wait"]
+    _wait(session, s.expect_within_s + SLACK_S, lambda: bool(_fired(session, s, e)))
+    fired = _fired(session, s, e)
+    assert fired, _diagnostics(session, s)
+    f = fired[-1]
+    assert "reuse" in f["recommendation"] and "backoff" not in f["recommendation"], f
+    assert f["evidence"]["closes_local"] > f["evidence"]["closes_peer"], f["evidence"]
+
+
 def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> None:
     """The session's own agent, job (and its Spark JVM) and exporter talk to the clusters they
     watch: they are named connmon-* and get no finding, while their sockets are still counted."""
