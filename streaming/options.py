@@ -31,6 +31,19 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def parse_bool(value: Any) -> bool:
+    """true/false (also yes/no, on/off, 1/0) from a file, the environment or a flag; ValueError
+    otherwise (the caller names the setting)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(value)
+
+
 def parse_pairs(setting: str, items: list[str] | None) -> dict[str, str]:
     """Repeatable ``KEY=VALUE`` options -> a dict; a malformed item names its setting."""
     out: dict[str, str] = {}

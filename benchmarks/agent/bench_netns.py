@@ -51,6 +51,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench_scan import NullSink  # noqa: E402
+
 from streaming.agent import config, netlink, netns  # noqa: E402
 from streaming.agent.collector import Collector  # noqa: E402
 from streaming.agent.metrics import AgentMetrics  # noqa: E402
@@ -147,17 +149,6 @@ class Namespaces:
         for name in set(self.names) | set(our_namespaces()):
             sh("ip", "netns", "del", name, check=False)
         self.names.clear()
-
-
-class NullSink:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def send(self, e: dict) -> None:
-        self.n += 1
-
-    def pump(self) -> None:
-        pass
 
 
 def raise_nofile(n: int) -> None:

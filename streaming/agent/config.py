@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +46,7 @@ from streaming.agent.collector import COLLECTORS
 from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.errors import ConfigError
-from streaming.options import read_config_file
+from streaming.options import parse_bool, read_config_file
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
 
@@ -94,25 +94,13 @@ class AgentConfig:
         return self.kafka.get("bootstrap.servers")
 
 
-def boolean(value: Any) -> bool:
-    """true/false (also yes/no, on/off, 1/0) from a file, the environment or a flag."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise ValueError(value)
-
-
 # Scalar settings: name -> converter. Env: CONNMON_AGENT_<NAME upper>.
 _SCALARS: dict[str, Any] = {
     "host": str,
     "scan_interval_s": float,
     "summary_interval_s": float,
     "events_topic": str,
-    "check_topics": boolean,
+    "check_topics": parse_bool,
     "queue_size": int,
     "metrics_address": str,
     "tls_cert_file": str,
@@ -166,11 +154,12 @@ def parse_cluster_bootstrap(spec: str) -> ClusterConfig:
     return _cluster({"name": name, "bootstrap_servers": servers}, "cluster-bootstrap")
 
 
-def _num(value: Any, conv: type, setting: str, minimum: float | None = None) -> Any:
+def _num(value: Any, conv: Callable[[Any], Any], setting: str, minimum: float | None = None) -> Any:
     try:
         out = conv(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{setting}: {value!r} is not a valid {conv.__name__}") from None
+        kind = "boolean" if conv is parse_bool else conv.__name__
+        raise ConfigError(f"{setting}: {value!r} is not a valid {kind}") from None
     if minimum is not None and out < minimum:
         raise ConfigError(f"{setting}: must be at least {minimum}, not {value!r}")
     return out

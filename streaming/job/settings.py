@@ -20,6 +20,7 @@ from typing import Any
 
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
+from streaming.options import parse_bool
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -150,14 +151,10 @@ def detector_config(base: DetectorConfig, changes: dict[str, Any], origin: str) 
 
 
 def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise ConfigError(f"{name}: {value!r} is not true or false")
+    try:
+        return parse_bool(value)
+    except ValueError:
+        raise ConfigError(f"{name}: {value!r} is not true or false") from None
 
 
 def load_file(path: str) -> dict[str, Any]:
