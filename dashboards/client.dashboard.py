@@ -72,20 +72,30 @@ panels = [
         thresholds=[(d.storm_opens_per_min / 60, "red")],
     ),
     gf.timeseries(
-        "Idle closes and short-lived connections",
-        "Closes after idling (idle-timeout churn) and connections shorter than the storm "
-        "threshold, per second.",
+        "Idle closes, reconnects and drops",
+        "Closes after idling, re-opens by the same client after such a close (idle-timeout "
+        "churn cycles), connections shorter than the storm threshold, and connections the "
+        "broker dropped while others were in use (restarts), per second.",
         [
             (f"connmon_idle_closes_per_second{{{F}}}", "idle closes " + BY),
+            (f"connmon_idle_reconnects_per_second{{{F}}}", "idle reconnects " + BY),
             (f"connmon_short_lived_connections_per_second{{{F}}}", "short-lived " + BY),
+            (
+                f"connmon_broker_dropped_connections_per_second{{{F}}}",
+                "dropped by the broker " + BY,
+            ),
         ],
         "cps",
     ),
     gf.timeseries(
         "Duplicate connections",
-        "Processes holding more than one ESTABLISHED socket to one broker (a leftover "
-        "bootstrap connection shows here for a while).",
-        [(f"connmon_duplicate_connections{{{F}}}", BY)],
+        "Processes holding more than one ESTABLISHED socket to one broker, and among them those "
+        "whose extra socket is unused since it opened (a Java client's bootstrap connection: "
+        "expected until the client's idle expiry closes it, not an alert).",
+        [
+            (f"connmon_duplicate_connections{{{F}}}", "with extra sockets " + BY),
+            (f"connmon_unused_extra_connections{{{F}}}", "unused since opened " + BY),
+        ],
         "short",
     ),
     gf.timeseries(

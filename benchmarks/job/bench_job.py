@@ -51,7 +51,7 @@ gen = _generator()
 def event_pool() -> list[dict[str, Any]]:
     """One agent's worth of realistic events (healthy mostly, a few pathologies), t from 0."""
     pool: list[dict[str, Any]] = []
-    for name, dur in (("healthy", 600), ("close_wait_leak", 600), ("duplicate_bootstrap", 400),
+    for name, dur in (("healthy", 600), ("close_wait_leak", 600), ("duplicate_clients", 400),
                       ("idle_churn", 1200)):  # fmt: skip
         pool += gen.SCENARIOS[name](0.0, duration_s=dur)
     return pool

@@ -8,6 +8,17 @@ A socket is keyed by its network namespace and 4-tuple, which survive the step i
 - ``closed``: the connection is over, either because the socket left the table or because it
   entered TIME_WAIT / CLOSE (the rest of TIME_WAIT is kernel bookkeeping, seen in summaries).
 
+Two facts for the idle-churn detector ride on these events:
+
+- ``opened`` carries ``reopen_idle_s`` when the same process (on the broker side: the same peer
+  address) closed a connection to the same broker before, with that connection's idle time at
+  close: a reap-and-reconnect cycle is a re-open by the same client, not any open after any
+  close (a redeployed application is a new process).
+- ``closed`` carries ``broker_drop`` when the broker closed it together with a connection that
+  was in use (data within ``BUSY_IDLE_S``): a broker that drops busy connections too is
+  restarting or failing, not expiring idle ones. A re-open after such a close carries
+  ``reopen_after_drop``.
+
 ``closed_by``: a path through CLOSE_WAIT/LAST_ACK means the peer closed first; through
 FIN_WAIT1/FIN_WAIT2/CLOSING/TIME_WAIT means this side did. A socket that vanishes straight
 from ESTABLISHED is counted as closed by the peer: had this side closed first, its 4-tuple would
@@ -43,6 +54,15 @@ CLOSING_STATES = PEER_CLOSE_STATES | LOCAL_CLOSE_STATES | {CLOSE}
 FINAL_STATES = frozenset({TIME_WAIT, CLOSE})
 OPENING_STATES = frozenset({SYN_SENT, SYN_RECV, ESTABLISHED})
 
+# A connection with data this recently before the peer closed it was in use.
+BUSY_IDLE_S = 5.0
+# How long a closed connection waits for its process to re-open one to the same broker.
+REOPEN_HORIZON_S = 3600.0
+# An extra connection that carried data only in its first seconds is unused since it opened
+# (a Java client's bootstrap connection: one metadata exchange, then nothing), unless it
+# re-opens one its process lost: a rarely used client that reconnects for each use.
+UNUSED_AFTER_OPEN_S = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class Meta:
@@ -67,6 +87,15 @@ class Meta:
 
 
 @dataclass(slots=True)
+class LostConnection:
+    """A closed connection waiting for its client to re-open one to the same broker."""
+
+    idle_s: float | None
+    at: float
+    dropped: bool
+
+
+@dataclass(slots=True)
 class Tracked:
     rec: SocketRecord
     meta: Meta
@@ -82,6 +111,8 @@ class Tracked:
     closed_emitted: bool = False
     last_sample_before: float = 0.0
     gen: int = 0  # the last scan that saw it
+    dropped: bool = False  # closed by the broker together with a busy connection
+    reopened: bool = False  # its process lost a connection to this broker before
 
 
 def _closed_by_for(state: int) -> str | None:
@@ -90,6 +121,10 @@ def _closed_by_for(state: int) -> str | None:
     if state in LOCAL_CLOSE_STATES:
         return "local"
     return None
+
+
+def _first(pair: tuple[float, Any]) -> float:
+    return pair[0]
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -104,6 +139,13 @@ class SocketLifecycles:
         self.initialized = False
         self._last_groups: dict[tuple, tuple[int | None, str]] = {}
         self._gen = 0
+        self._lost: dict[tuple, LostConnection] = {}  # reopen key -> last close
+        self._busy_drops: dict[tuple, float] = {}  # (cluster, broker) -> last busy peer close
+        self._last_now: float | None = None
+        # This scan's closes begun, closed events and new connections, for ``_pair``.
+        self._began: list[Tracked] = []
+        self._closed_now: list[tuple[dict, Tracked]] = []
+        self._opened_now: list[tuple[dict, Tracked]] = []
 
     # ---- per-socket events ---------------------------------------------------------------
     def update(
@@ -144,7 +186,66 @@ class SocketLifecycles:
                 if t.closed_by is None and t.rec.state == ESTABLISHED:
                     t.closed_by = "peer"  # no TIME_WAIT left behind: see the module docstring
                 self._close(t, now, events)
+        self._pair(now)
         return events
+
+    # ---- reap-and-reconnect pairing ------------------------------------------------------
+    @staticmethod
+    def _reopen_key(m: Meta) -> tuple | None:
+        """Who re-opens: the process (client side) or the peer address (broker side)."""
+        if m.pid is None:
+            return None
+        return (m.pid, m.cluster, m.side, m.broker, m.peer_host if m.side == "broker" else None)
+
+    def _pair(self, now: float) -> None:
+        """After a scan: remember the connections whose close began, mark the peer closes that
+        came with a busy connection's (``broker_drop``), and pair new connections with an
+        earlier close by the same client (``reopen_idle_s``)."""
+        began, closed, opened = self._began, self._closed_now, self._opened_now
+        self._began, self._closed_now, self._opened_now = [], [], []
+        # Two closes belong together when no scan lies between them.
+        tol = (now - self._last_now if self._last_now is not None else 0.0) + 1.0
+        self._last_now = now
+        for t in began:
+            idle = t.open_idle_s  # as last sampled: a vanished socket's close time is unknown
+            if t.closed_by == "peer" and idle is not None and idle < BUSY_IDLE_S:
+                where = (t.meta.cluster, t.meta.broker)
+                since = t.close_began or now
+                self._busy_drops[where] = max(self._busy_drops.get(where, since), since)
+        for t in began:
+            if t.closed_by == "peer" and t.close_began is not None:
+                busy = self._busy_drops.get((t.meta.cluster, t.meta.broker))
+                t.dropped = busy is not None and abs(busy - t.close_began) <= tol
+            key = self._reopen_key(t.meta)
+            if key is not None and t.close_began is not None:
+                self._remember(key, t)
+        for e, t in closed:
+            if t.dropped:
+                e["broker_drop"] = True
+        for e, t in opened:
+            key = self._reopen_key(t.meta)
+            lost = self._lost.pop(key, None) if key is not None else None
+            if lost is not None and lost.idle_s is not None:
+                t.reopened = True
+                e["reopen_idle_s"] = _r(lost.idle_s)
+                if lost.dropped:
+                    e["reopen_after_drop"] = True
+        horizon = now - REOPEN_HORIZON_S
+        if any(v.at < horizon for v in self._lost.values()):
+            self._lost = {k: v for k, v in self._lost.items() if v.at >= horizon}
+        self._busy_drops = {k: v for k, v in self._busy_drops.items() if v >= now - 2 * tol}
+
+    def _remember(self, key: tuple, t: Tracked) -> None:
+        at = t.close_began or 0.0
+        last = self._lost.get(key)
+        idle, dropped = t.idle_at_close_s, t.dropped
+        if last is not None and at - last.at <= BUSY_IDLE_S:
+            # Closed together with another of the client's connections: the idlest one is
+            # the one an idle timer would have expired.
+            if last.idle_s is not None and (idle is None or last.idle_s > idle):
+                idle = last.idle_s
+            dropped = dropped or last.dropped
+        self._lost[key] = LostConnection(idle, at, dropped)
 
     @staticmethod
     def _is_reuse(t: Tracked, rec: SocketRecord) -> bool:
@@ -158,11 +259,16 @@ class SocketLifecycles:
         entered = self._entered(rec, now, None)
         t = Tracked(rec, meta, min(now, entered), entered, now, idle, idle, now)
         self.sockets[key] = t
-        events.append(self._fields(t, "opened", now, open_reason="initial" if initial else "new"))
+        ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
+        events.append(ev)
+        if not initial:
+            self._opened_now.append((ev, t))
         cb = _closed_by_for(rec.state)
         if cb is not None:
             t.closed_by = cb
             t.close_began = entered
+            if not initial:
+                self._began.append(t)
         if rec.state in FINAL_STATES:
             if initial:
                 # Closed before the agent started: how long it lived is unknown, so it is not
@@ -189,6 +295,7 @@ class SocketLifecycles:
                 t.closed_by = cb
                 t.close_began = t.state_since
                 t.idle_at_close_s = self._idle_at(t, t.state_since)
+                self._began.append(t)
         events.append(self._fields(t, "transition", now, prev_state=TCP_STATES.get(prev)))
         if rec.state in FINAL_STATES and not t.closed_emitted:
             self._close(t, now, events)
@@ -224,10 +331,12 @@ class SocketLifecycles:
         if t.close_began is None:
             t.close_began = now
             t.idle_at_close_s = self._idle_at(t, now)
+            self._began.append(t)
         ev = self._fields(t, "closed", now, closed_by=t.closed_by or "unknown")
         ev["lifetime_s"] = _r(t.close_began - t.first_seen)
         ev["idle_at_close_s"] = _r(t.idle_at_close_s)
         events.append(ev)
+        self._closed_now.append((ev, t))
         t.closed_emitted = True
 
     @staticmethod
@@ -301,10 +410,23 @@ class SocketLifecycles:
         dup_idle: float | None = None
         dup_conn: str | None = None
         dups = [ts for ts in per_pid.values() if len(ts) > 1]
+        unused = 0
+        used_idle: float | None = None
+        used_active: float | None = None
         for ts in dups:
-            for t in ts:
-                if t.idle_s is not None and (dup_idle is None or t.idle_s > dup_idle):
-                    dup_idle, dup_conn = t.idle_s, t.rec.conn
+            sampled = sorted(((t.idle_s, t) for t in ts if t.idle_s is not None), key=_first)
+            if not sampled:
+                continue
+            active = sampled[0][0]  # the process's busiest connection to this broker
+            if dup_idle is None or sampled[-1][0] > dup_idle:
+                dup_idle, dup_conn = sampled[-1][0], sampled[-1][1].rec.conn
+            any_unused = False
+            for idle, t in sampled[1:]:
+                if not t.reopened and (now - t.first_seen) - idle <= UNUSED_AFTER_OPEN_S:
+                    any_unused = True
+                elif used_idle is None or idle > used_idle:
+                    used_idle, used_active = idle, active
+            unused += any_unused
         idles = [t.idle_s for t in members if t.idle_s is not None]
         return {
             "kind": "summary",
@@ -323,5 +445,8 @@ class SocketLifecycles:
             "dup_processes": len(dups),
             "dup_max_idle_s": _r(dup_idle),
             "dup_conn": dup_conn,
+            "dup_unused_processes": unused,
+            "dup_used_max_idle_s": _r(used_idle),
+            "dup_used_active_idle_s": _r(used_active),
             "interval_s": interval_s,
         }

@@ -7,6 +7,7 @@ thresholds. No Spark, no I/O: the job calls them on small, already aggregated re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from streaming.detectors import (
@@ -34,6 +35,25 @@ DETECTORS: dict[str, Detector] = {
         time_wait_pileup,
     )
 }
+
+# Kinds whose findings wait longer than ``resolve_after_windows`` before resolving: seconds.
+RESOLVE_AFTER_S: dict[str, Callable[[DetectorConfig], float]] = {
+    duplicate_connections.KIND: lambda cfg: cfg.duplicate_resolve_after_s,
+}
+
+
+def resolve_windows(kind: str, cfg: DetectorConfig) -> int:
+    """Consecutive windows without holding after which a finding of ``kind`` resolves."""
+    n = cfg.resolve_after_windows
+    extra = RESOLVE_AFTER_S.get(kind)
+    if extra is not None:
+        n = max(n, math.ceil(extra(cfg) / cfg.window_s))
+    return n
+
+
+def hysteresis_windows(cfg: DetectorConfig) -> int:
+    """How many windows back hysteresis looks, for any kind."""
+    return max(cfg.fire_after_windows, *(resolve_windows(k, cfg) for k in DETECTORS))
 
 
 def detect_all(

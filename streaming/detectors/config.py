@@ -29,10 +29,18 @@ class DetectorConfig:
     idle_churn_min_idle_s: float = 240.0
     idle_churn_min_cycles: int = 2
     idle_churn_window_s: float = 1800.0
+    # One timer fires at one idle time: cycles count together when their idle-at-close times
+    # lie within this (plus 5%). Two scans at the agent's default 5 s interval.
+    idle_churn_timer_tolerance_s: float = 10.0
 
     # duplicate_connections: a process with more than one ESTABLISHED socket to one broker
     # where the extra one is idle at least this long (a coordinator connection never is).
     duplicate_idle_s: float = 120.0
+    # A duplicate_connections finding resolves only after this long without holding: a
+    # rarely used client's connection is idle below duplicate_idle_s after each use, and is
+    # reaped at the client's idle expiry and re-opened at its next use. Default: Java's
+    # client idle expiry plus duplicate_idle_s.
+    duplicate_resolve_after_s: float = 660.0
 
     # idle_zombie: ESTABLISHED and idle longer than any sane idle timeout.
     zombie_idle_s: float = 1800.0

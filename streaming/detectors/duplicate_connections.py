@@ -1,9 +1,23 @@
-"""duplicate_connections: one client process holds more ESTABLISHED sockets to one broker than it
-needs, and the extra one is idle.
+"""duplicate_connections: a client process holds an extra ESTABLISHED connection to one broker
+that it uses only now and then: it runs more than one Kafka client toward that broker.
 
-Expected, not findings (docs/kafka-connections.md): a consumer's separate group-coordinator
-connection (it heartbeats every few seconds, so it is never idle for long). Not expected: a Java
-client's leftover bootstrap connection, kept until the client's idle expiry closes it.
+What an extra connection can be, and what connmon makes of it:
+
+- a consumer's group-coordinator connection next to its fetch connection: heartbeats keep it
+  busy, so it is never idle for ``duplicate_idle_s``: no finding;
+- a Java client's bootstrap connection (opened before the first metadata, never used again,
+  closed by the client's idle expiry): unused since its first seconds. Expected behaviour,
+  counted as ``dup_unused_processes`` (a metric and a dashboard panel), no finding;
+- a second client in the process (a producer and a consumer, one client per component, a client
+  per request that is kept): used after opening, then idle while the process's busiest
+  connection to the broker is active: the finding;
+- every connection of the process to the broker idle (the process stalled, or its connections
+  leak): nothing here tells extras apart; close_wait_buildup and idle_zombie speak for it, and
+  CLOSE_WAIT toward the broker defers to close_wait_buildup.
+
+A rarely used client's connection is idle below the threshold just after each use, and its
+idle expiry reaps it between uses: the finding resolves only after
+``duplicate_resolve_after_s`` without holding, so it does not flap.
 """
 
 from __future__ import annotations
@@ -18,41 +32,36 @@ KIND = "duplicate_connections"
 
 
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
-    """A finding when a process has an extra ESTABLISHED socket idle >= ``duplicate_idle_s``.
-    Broker-side sockets all belong to the broker process, so only the client side applies."""
-    idle = agg.dup_max_idle_s
-    if agg.side != "client" or agg.dup_processes < 1 or idle is None:
+    """A finding when a process's used extra connection is idle >= ``duplicate_idle_s`` while
+    its busiest connection to the broker is not. Broker-side sockets all belong to the broker
+    process, so only the client side applies."""
+    idle, active = agg.dup_used_max_idle_s, agg.dup_used_active_idle_s
+    if agg.side != "client" or idle is None or idle < cfg.duplicate_idle_s:
         return []
-    if idle < cfg.duplicate_idle_s:
-        return []
-    # Below the client's own idle expiry this is the bootstrap leftover that expiry will reap;
-    # beyond it, nothing is reaping the extra socket.
-    reaped = idle < cfg.client_idle_expiry_s
-    conn = f" ({agg.dup_conn})" if agg.dup_conn else ""
+    if active is None or active >= cfg.duplicate_idle_s:
+        return []  # the whole process is quiet toward this broker: stalled or leaking
+    if agg.close_wait_count > 0:
+        return []  # connections the application does not close: close_wait_buildup
+    conn = f" ({agg.dup_conn})" if agg.dup_conn and agg.dup_max_idle_s == idle else ""
     summary = (
-        f"{agg.dup_processes} process(es) of {agg.app} on {agg.host} hold an extra ESTABLISHED "
-        f"connection to broker {agg.broker}{conn}, idle for {idle:.0f} s."
+        f"A process of {agg.app} on {agg.host} runs more than one Kafka client toward broker "
+        f"{agg.broker}: besides its busy connection it holds one{conn} that carried data and "
+        f"is now idle for {idle:.0f} s."
     )
-    if reaped:
-        advice = (
-            "Most likely the Java client's bootstrap connection (pseudo node id -1), opened "
-            "before metadata and not reused: the client's connections.max.idle.ms "
-            f"({cfg.client_idle_expiry_s * 1000:.0f} ms by default) closes it; lower it if "
-            "many short-lived clients make these pile up, or use a client that closes "
-            "bootstrap connections (librdkafka >= 2.10)."
-        )
-    else:
-        advice = (
-            "The extra connection outlives the client's idle expiry: the application creates "
-            "more than one client (producer/consumer/admin) per process toward this broker, or "
-            "idle expiry is disabled (connections.max.idle.ms=-1); share one client per process "
-            "and keep connections.max.idle.ms finite."
-        )
+    advice = (
+        "Each client (producer, consumer, admin) opens its own connections, so a process with "
+        "several clients holds several connections to a broker, and a rarely used client's "
+        "connection is reaped by idle expiry and re-created at its next use (a TCP, TLS and "
+        "SASL handshake each time). Share one producer per process (it is thread-safe in the "
+        "Java client and librdkafka), close clients the application no longer needs, and "
+        "keep clients that are created per request or per task out of hot paths."
+    )
     evidence = {
         "dup_processes": agg.dup_processes,
-        "dup_max_idle_s": idle,
+        "dup_used_max_idle_s": idle,
+        "dup_used_active_idle_s": active,
+        "dup_unused_processes": agg.dup_unused_processes,
         "established": agg.sockets.get("ESTABLISHED", 0),
         "duplicate_idle_s": cfg.duplicate_idle_s,
     }
-    severity = "info" if reaped else "warning"
-    return [Finding.for_series(agg, KIND, severity, summary, advice, evidence)]
+    return [Finding.for_series(agg, KIND, "info", summary, advice, evidence)]

@@ -166,7 +166,12 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
         "connmon_max_idle_seconds": _nonneg(obj, "max_idle_s"),
         "connmon_duplicate_connections": _nonneg(obj, "dup_processes"),
         "connmon_duplicate_max_idle_seconds": _nonneg(obj, "dup_max_idle_s"),
+        "connmon_unused_extra_connections": _nonneg(obj, "dup_unused_processes"),
         "connmon_connection_opens_per_second": _nonneg(obj, "opens") / window_s,
+        "connmon_idle_reconnects_per_second": _nonneg(obj, "reopens_after_idle") / window_s,
+        "connmon_broker_dropped_connections_per_second": (
+            _nonneg(obj, "closes_broker_drop") / window_s
+        ),
         "connmon_idle_closes_per_second": _nonneg(obj, "closes_after_idle") / window_s,
         "connmon_short_lived_connections_per_second": _nonneg(obj, "short_lived") / window_s,
         "connmon_connection_lifetime_max_seconds": _nonneg(obj, "lifetime_max_s"),

@@ -31,6 +31,9 @@ STATE_DETAIL = {
         "dup_processes",
         "dup_max_idle_s",
         "dup_conn",
+        "dup_unused_processes",
+        "dup_used_max_idle_s",
+        "dup_used_active_idle_s",
     ),
     "CLOSE_WAIT": ("oldest_state_age_s",),
 }
@@ -46,8 +49,9 @@ MAX_FIELDS = (
     "idle_at_close_max_s",
     "lifetime_max_s",
     "hb_t_last",
+    "reopen_idle_max_s",
 )
-MIN_FIELDS = ("hb_t_first",)
+MIN_FIELDS = ("hb_t_first", "reopen_idle_min_s")
 SUM_FIELDS = (
     "events",
     "opens",
@@ -57,6 +61,8 @@ SUM_FIELDS = (
     "closes_after_idle",
     "closes_after_idle_local",
     "closes_after_idle_peer",
+    "closes_broker_drop",
+    "reopens_after_idle",
     "short_lived",
     "lifetime_sum_s",
     "lifetime_n",

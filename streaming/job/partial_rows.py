@@ -28,7 +28,15 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
     closed = kind == "closed"
     hb = kind == "heartbeat"
     closed_by = F.coalesce(F.col("closed_by"), F.lit("unknown"))
-    idle_close = closed & (F.col("idle_at_close_s") >= F.lit(cfg.idle_churn_min_idle_s))
+    min_idle = F.lit(cfg.idle_churn_min_idle_s)
+    idle_close = closed & (F.col("idle_at_close_s") >= min_idle)
+    # A reap-and-reconnect cycle: the same client re-opens after an idle close, and the broker
+    # was not dropping its busy connections at that moment.
+    reopen = (
+        (kind == "opened")
+        & (F.col("reopen_idle_s") >= min_idle)
+        & ~F.coalesce(F.col("reopen_after_drop"), F.lit(False))
+    )
     aggs: list[Column] = [
         F.count(F.lit(1)).alias("events"),
         F.max(t).alias("last_event_s"),
@@ -61,6 +69,10 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
         _count(idle_close).alias("closes_after_idle"),
         _count(idle_close & (closed_by == "local")).alias("closes_after_idle_local"),
         _count(idle_close & (closed_by == "peer")).alias("closes_after_idle_peer"),
+        _count(closed & F.coalesce(F.col("broker_drop"), F.lit(False))).alias("closes_broker_drop"),
+        _count(reopen).alias("reopens_after_idle"),
+        F.min(F.when(reopen, F.col("reopen_idle_s"))).alias("reopen_idle_min_s"),
+        F.max(F.when(reopen, F.col("reopen_idle_s"))).alias("reopen_idle_max_s"),
         F.max(F.when(closed, F.col("idle_at_close_s"))).alias("idle_at_close_max_s"),
         _count(closed & (F.col("lifetime_s") < F.lit(cfg.storm_short_lived_s))).alias(
             "short_lived"

@@ -27,7 +27,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from streaming.detectors import DETECTORS, detect_all
+from streaming.detectors import DETECTORS, detect_all, hysteresis_windows, resolve_windows
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key
@@ -47,6 +47,10 @@ HISTORY_FIELDS = (
     "closes_after_idle_peer",
     "idle_at_close_max_s",
     "close_wait_count",
+    "reopens_after_idle",
+    "reopen_idle_min_s",
+    "reopen_idle_max_s",
+    "closes_broker_drop",
 )
 
 
@@ -67,6 +71,8 @@ class Tracker:
         self.findings: dict[str, Finding] = {}  # firing only
         self.max_window_end: str | None = None
         self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
+        self._quiet_n = {kind: resolve_windows(kind, cfg) for kind in DETECTORS}
+        self._hysteresis_n = hysteresis_windows(cfg)
         # (newest window end, series): candidates for the stale check, then for removal
         self._stale_heap: list[tuple[float, str]] = []
         self._stale_end: dict[str, float] = {}  # series -> end of its live stale-heap entry
@@ -172,7 +178,7 @@ class Tracker:
         found = self._evaluate(agg, windows)
         self._record_held(agg, found)
         recent = self._recent_held(agg)
-        fire_n, quiet_n = self.cfg.fire_after_windows, self.cfg.resolve_after_windows
+        fire_n = self.cfg.fire_after_windows
         for kind in DETECTORS:
             key = self._key(agg, kind)
             last = self.findings.get(key)
@@ -184,7 +190,7 @@ class Tracker:
                     f.updated_at = self.clock(agg)
                     self.findings[key] = f
                     out.findings.append(f)
-            elif last is not None and not any(kind in h for h in recent[:quiet_n]):
+            elif last is not None and not any(kind in h for h in recent[: self._quiet_n[kind]]):
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
 
     def _evaluate(self, agg: Aggregate, windows: list[Aggregate]) -> dict[str, Finding]:
@@ -201,7 +207,7 @@ class Tracker:
         back as hysteresis looks (a window the series did not produce: none)."""
         held = self.held.get(agg.series, {})
         start = epoch(agg.window_start)
-        n = max(self.cfg.fire_after_windows, self.cfg.resolve_after_windows)
+        n = self._hysteresis_n
         return [held.get(iso(start - i * self.cfg.window_s), []) for i in range(n)]
 
     @staticmethod
@@ -262,19 +268,19 @@ class Tracker:
             return
         ws = self.history[series]
         # The two newest windows always (resolution looks one back); older ones only if a
-        # detector can still use them: opens/idle closes (idle_churn), CLOSE_WAIT (trend).
+        # detector can still use them: re-opens and idle closes (idle_churn), CLOSE_WAIT (trend).
         keep = [
             w
             for w in ws[:-2]
             if epoch(w.window_end) >= horizon
-            and (w.opens or w.closes_after_idle or w.close_wait_count)
+            and (w.opens or w.closes_after_idle or w.close_wait_count or w.reopens_after_idle)
         ] + [w for w in ws[-2:] if epoch(w.window_end) >= horizon]
         if len(keep) == len(ws):
             return
         if keep:
             self.history[series] = keep
             # Hysteresis looks back this far whatever the history keeps.
-            n = max(self.cfg.fire_after_windows, self.cfg.resolve_after_windows)
+            n = self._hysteresis_n
             since = iso(epoch(keep[-1].window_start) - (n - 1) * self.cfg.window_s)
             starts = {w.window_start for w in keep}
             held = self.held.get(series, {})

@@ -46,7 +46,22 @@ AGGREGATE_METRICS: tuple[Metric, ...] = (
         "connmon_duplicate_max_idle_seconds",
         "Idle time of the idlest extra socket among processes with duplicate connections.",
     ),
+    _series(
+        "connmon_unused_extra_connections",
+        "Processes holding an extra socket to this broker that carried data only in its first "
+        "seconds (a Java client's bootstrap connection, until its idle expiry): expected.",
+    ),
     _series("connmon_connection_opens_per_second", "Connections opened, averaged over the window."),
+    _series(
+        "connmon_idle_reconnects_per_second",
+        "Re-opens by the same client after an idle close (idle-timeout churn cycles), averaged "
+        "over the window.",
+    ),
+    _series(
+        "connmon_broker_dropped_connections_per_second",
+        "Connections the broker closed while connections toward it were in use (a restart or a "
+        "failure, not an idle expiry), averaged over the window.",
+    ),
     _series(
         "connmon_connection_closes_per_second",
         "Connections closed, averaged over the window, by who closed first.",

@@ -102,6 +102,17 @@ class Aggregate:
     idle_at_close_max_s: float | None = None
     host_attempt_fails_per_min: float | None = None
     last_event_time: str | None = None
+    # Re-opens by the same client after an idle close (not after a broker drop), and the
+    # range of those closes' idle times: what idle_churn counts.
+    reopens_after_idle: int = 0
+    reopen_idle_min_s: float | None = None
+    reopen_idle_max_s: float | None = None
+    # Connections the broker closed together with busy ones (restarts, failures).
+    closes_broker_drop: int = 0
+    # Extra connections by kind (duplicate_connections): unused since opened, and used ones.
+    dup_unused_processes: int = 0
+    dup_used_max_idle_s: float | None = None
+    dup_used_active_idle_s: float | None = None
 
     # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).

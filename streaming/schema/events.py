@@ -194,6 +194,27 @@ FIELDS: tuple[Field, ...] = (
         minimum=0,
     ),
     Field(
+        "broker_drop",
+        "boolean",
+        "The broker closed it at the moment it also closed a connection in use (data within "
+        "5 s; this one or another from this host): a restart or failure, not an idle expiry.",
+        kinds=("closed",),
+    ),
+    Field(
+        "reopen_idle_s",
+        "double",
+        "A re-open: the same process (broker side: the same peer address) closed a connection "
+        "to this broker before; that connection's idle seconds at close.",
+        kinds=("opened",),
+        minimum=0,
+    ),
+    Field(
+        "reopen_after_drop",
+        "boolean",
+        "The connection this one re-opens was closed with broker_drop.",
+        kinds=("opened",),
+    ),
+    Field(
         "bytes_sent",
         "long",
         "Bytes acked by the peer (tcpi_bytes_acked).",
@@ -249,6 +270,29 @@ FIELDS: tuple[Field, ...] = (
         minimum=0,
     ),
     Field("dup_conn", "string", "4-tuple of that idlest extra socket.", kinds=("summary",)),
+    Field(
+        "dup_unused_processes",
+        "long",
+        "Processes with an extra socket that carried data only in its first 10 s and re-opens "
+        "nothing (a Java client's bootstrap connection).",
+        kinds=("summary",),
+        minimum=0,
+    ),
+    Field(
+        "dup_used_max_idle_s",
+        "double",
+        "Idle seconds of the idlest extra socket that carried data after its first 10 s or "
+        "re-opens a connection its process lost (a second client in the process).",
+        kinds=("summary",),
+        minimum=0,
+    ),
+    Field(
+        "dup_used_active_idle_s",
+        "double",
+        "Idle seconds of the busiest socket of that socket's process in this group.",
+        kinds=("summary",),
+        minimum=0,
+    ),
     Field(
         "interval_s",
         "double",

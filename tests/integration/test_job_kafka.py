@@ -221,7 +221,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
 
         # the job keeps running after bad input: a new series shows up
-        produce(t.bootstrap, t.events, lines(recording("duplicate_bootstrap")), key="app-5")
+        produce(t.bootstrap, t.events, lines(recording("duplicate_clients")), key="app-5")
         dup = wait_for(
             "duplicate_connections finding",
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
@@ -303,7 +303,7 @@ def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
     t = Topics(kafka_cluster.bootstrap_servers, unique_name)
     now = time.time()
     leak = recording("close_wait_leak", end=now)
-    dup = recording("duplicate_bootstrap", end=now)
+    dup = recording("duplicate_clients", end=now)
     half = now - 450
     first = [e for e in leak + dup if gen_epoch(e["event_time"]) <= half]
     second = [e for e in leak + dup if gen_epoch(e["event_time"]) > half]
@@ -391,7 +391,7 @@ def test_oversized_records_never_stop_the_job_nor_its_restart(kafka_cluster, uni
         )
         _kill_group(p)
         produce(t.bootstrap, t.events, [b"{" + b" " * 1_000_000 + b"}"], key="again")
-        produce(t.bootstrap, t.events, lines(recording("duplicate_bootstrap")), key="app-5")
+        produce(t.bootstrap, t.events, lines(recording("duplicate_clients")), key="app-5")
         p = _start_cli(args, log)
         wait_for(
             "an aggregate of events sent after the restart",

@@ -117,7 +117,7 @@ def test_window_aggregates_of_a_close_wait_leak(spark):
 
 def test_partials_from_several_batches_merge_to_the_single_batch_windows(spark):
     lines = []
-    for name in ("close_wait_leak", "duplicate_bootstrap", "idle_churn"):
+    for name in ("close_wait_leak", "duplicate_clients", "idle_churn"):
         lines += (FIXTURES / f"{name}.jsonl").read_text().splitlines()
     one = _window_rows(spark, lines)
     three = _window_rows(spark, lines, batches=3)
@@ -197,7 +197,7 @@ def test_the_same_broker_id_in_two_clusters_is_two_series(spark, tmp_path):
 EXPECTED_KINDS = {
     "healthy": set(),
     "idle_churn": {"idle_churn"},
-    "duplicate_bootstrap": {"duplicate_connections"},
+    "duplicate_clients": {"duplicate_connections"},
     "idle_zombie": {"idle_zombie"},
     "connection_storm": {"connection_storm"},
     "time_wait_pileup": {"time_wait_pileup"},
@@ -215,7 +215,7 @@ def test_replay_each_recording_finds_exactly_its_pathology(spark, tmp_path):
     hosts = {
         "healthy": "app-3",
         "idle_churn": "app-4",
-        "duplicate_bootstrap": "app-5",
+        "duplicate_clients": "app-5",
         "idle_zombie": "app-6",
         "connection_storm": "app-8",
         "time_wait_pileup": "app-9",

@@ -188,3 +188,154 @@ def test_close_wait_is_dated_by_the_peers_fin() -> None:
     (closed,) = t2.update(10.0, [])
     assert closed["lifetime_s"] == 2.0  # close began at t=2 (the FIN)
     assert closed["idle_at_close_s"] == 2.1
+
+
+def test_summaries_tell_unused_extras_from_used_ones() -> None:
+    t = SocketLifecycles()
+    t.update(0.0, [(rec(ESTABLISHED, 40000, 1, idle_ms=100), META)])
+    # at 80 s: a second connection opened at 20 s that carried data until 40 s (used), and
+    # a third opened at 20 s that has been idle since (unused: a bootstrap leftover)
+    t.update(
+        20.0,
+        [(rec(ESTABLISHED, 40000, 1, idle_ms=100), META)]
+        + [(rec(ESTABLISHED, p, i, idle_ms=0), META) for p, i in ((40001, 2), (40002, 3))],
+    )
+    now = [
+        (rec(ESTABLISHED, 40000, 1, idle_ms=200), META),
+        (rec(ESTABLISHED, 40001, 2, idle_ms=40_000), META),
+        (rec(ESTABLISHED, 40002, 3, idle_ms=60_000), META),
+    ]
+    t.update(80.0, now)
+    (s,) = t.summaries(80.0, 15.0)
+    assert (s["dup_processes"], s["dup_unused_processes"]) == (1, 1)
+    assert (s["dup_used_max_idle_s"], s["dup_used_active_idle_s"]) == (40.0, 0.2)
+    assert s["dup_max_idle_s"] == 60.0  # the idlest extra of all, unused or not
+    _valid([s])
+
+
+def test_a_consumer_with_busy_coordinator_connection_has_no_idle_used_extra() -> None:
+    t = SocketLifecycles()
+    t.update(0.0, [(rec(ESTABLISHED, p, p, idle_ms=100), META) for p in (40000, 40001)])
+    t.update(60.0, [(rec(ESTABLISHED, p, p, idle_ms=900), META) for p in (40000, 40001)])
+    (s,) = t.summaries(60.0, 15.0)
+    assert s["dup_used_max_idle_s"] == 0.9 and s["dup_unused_processes"] == 0
+
+
+def test_a_reopen_by_the_same_process_carries_the_closed_connections_idle() -> None:
+    t = SocketLifecycles()
+    other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
+    t.update(0.0, [(rec(ESTABLISHED, 40000, 1, idle_ms=0), META)])
+    t.update(540.0, [(rec(ESTABLISHED, 40000, 1, idle_ms=540_000), META)])
+    # the client's idle expiry closes it (TIME_WAIT: closed locally)
+    (tr, closed) = t.update(545.0, [(rec(TIME_WAIT, 40000, 0, idle_ms=None), META)])
+    assert closed["kind"] == "closed" and closed["idle_at_close_s"] == 545.0
+    assert "broker_drop" not in closed
+    # another process opens first: not a re-open of this client's connection
+    (ev,) = t.update(600.0, [(rec(ESTABLISHED, 40009, 9, idle_ms=0), other)])
+    assert "reopen_idle_s" not in ev
+    (ev,) = t.update(
+        660.0,
+        [
+            (rec(ESTABLISHED, 40009, 9, idle_ms=0), other),
+            (rec(ESTABLISHED, 40001, 2, idle_ms=0), META),
+        ],
+    )
+    assert ev["reopen_idle_s"] == 545.0 and "reopen_after_drop" not in ev
+    _valid([closed, ev])
+    # paired once: the next connection is not a re-open
+    (ev,) = t.update(
+        670.0,
+        [
+            (rec(ESTABLISHED, 40009, 9, idle_ms=0), other),
+            (rec(ESTABLISHED, 40001, 2, idle_ms=0), META),
+            (rec(ESTABLISHED, 40002, 3, idle_ms=0), META),
+        ],
+    )
+    assert "reopen_idle_s" not in ev
+
+
+BUSY = Meta("prod", "client", "payments", 2, "kafka-2:9092", pid=300)
+
+
+def _idle_next_to_busy(idle_at: float) -> SocketLifecycles:
+    """orders' connection idle since 0 next to payments' busy one, both to broker 2."""
+    t = SocketLifecycles()
+    t.update(
+        0.0,
+        [(rec(ESTABLISHED, 40000, 1, idle_ms=0), META)]
+        + [(rec(ESTABLISHED, 40005, 5, idle_ms=0), BUSY)],
+    )
+    later = [(rec(ESTABLISHED, 40000, 1, idle_ms=int(idle_at * 1000)), META)]
+    t.update(idle_at, later + [(rec(ESTABLISHED, 40005, 5, idle_ms=100), BUSY)])
+    return t
+
+
+def test_a_broker_dropping_busy_connections_marks_the_idle_ones_closed_with_them() -> None:
+    t = _idle_next_to_busy(300.0)
+    # the broker restarts: both vanish from ESTABLISHED (closed by the peer) in one scan
+    closed = t.update(305.0, [])
+    assert sorted((e["app"], e["closed_by"], e.get("broker_drop")) for e in closed) == [
+        ("orders", "peer", True),
+        ("payments", "peer", True),
+    ]
+    (ev,) = t.update(320.0, [(rec(ESTABLISHED, 40001, 2, idle_ms=0), META)])
+    assert ev["reopen_idle_s"] == 305.0 and ev["reopen_after_drop"] is True
+    _valid(closed + [ev])
+
+
+def test_an_idle_connection_closed_by_the_broker_alone_is_not_a_drop() -> None:
+    t = _idle_next_to_busy(600.0)
+    (closed,) = t.update(605.0, [(rec(ESTABLISHED, 40005, 5, idle_ms=100), BUSY)])
+    assert closed["closed_by"] == "peer" and "broker_drop" not in closed
+    # the busy one is dropped two scans later: too far apart to be one event
+    t.update(610.0, [(rec(ESTABLISHED, 40005, 5, idle_ms=100), BUSY)])
+    (late,) = t.update(615.0, [])
+    assert late.get("broker_drop") is True  # a busy connection dropped is its own witness
+    (ev,) = t.update(620.0, [(rec(ESTABLISHED, 40001, 2, idle_ms=0), META)])
+    assert ev["reopen_idle_s"] == 605.0 and "reopen_after_drop" not in ev
+
+
+def test_an_extra_that_reopens_a_lost_connection_is_a_used_one() -> None:
+    """A rarely used second client: its connection carries data only when it opens, is reaped
+    by its idle expiry, and comes back at the next use. Not a bootstrap leftover."""
+    t = SocketLifecycles()
+    t.update(0.0, [(rec(ESTABLISHED, 40000, 1, idle_ms=0), META)])
+    t.update(
+        5.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=0), META),
+            (rec(ESTABLISHED, 40001, 2, idle_ms=0), META),
+        ],
+    )
+    t.update(
+        30.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=100), META),
+            (rec(ESTABLISHED, 40001, 2, idle_ms=25_000), META),
+        ],
+    )
+    (s,) = t.summaries(30.0, 15.0)
+    assert (s["dup_unused_processes"], s["dup_used_max_idle_s"]) == (1, None)  # first sight
+    t.update(
+        35.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=100), META),
+            (rec(TIME_WAIT, 40001, 0, idle_ms=None), META),
+        ],
+    )
+    t.update(
+        60.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=100), META),
+            (rec(ESTABLISHED, 40002, 3, idle_ms=0), META),
+        ],
+    )
+    t.update(
+        85.0,
+        [
+            (rec(ESTABLISHED, 40000, 1, idle_ms=100), META),
+            (rec(ESTABLISHED, 40002, 3, idle_ms=25_000), META),
+        ],
+    )
+    est = [x for x in t.summaries(85.0, 15.0) if x["state"] == "ESTABLISHED"]
+    assert (est[0]["dup_unused_processes"], est[0]["dup_used_max_idle_s"]) == (0, 25.0)

@@ -14,6 +14,7 @@ from streaming.detectors import (
     duplicate_connections,
     idle_churn,
     idle_zombie,
+    resolve_windows,
     time_wait_pileup,
 )
 from streaming.detectors.config import DEFAULT, DetectorConfig
@@ -140,38 +141,71 @@ def test_idle_zombie_recommends_finite_idle_expiry():
 
 
 # ---- duplicate_connections ---------------------------------------------------------------------
+def _dup(**fields: Any) -> Aggregate:
+    base = {"sockets": {"ESTABLISHED": 2}, "dup_processes": 1}
+    return make_agg(**{**base, **fields})
+
+
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        # consumer: data + coordinator connection, both busy -> expected, no finding
-        ({"sockets": {"ESTABLISHED": 2}, "dup_processes": 1, "dup_max_idle_s": 2.5}, []),
-        ({"sockets": {"ESTABLISHED": 2}, "dup_processes": 0, "dup_max_idle_s": None}, []),
-        ({"sockets": {"ESTABLISHED": 2}, "dup_processes": 1, "dup_max_idle_s": 119.0}, []),
-        # bootstrap leftover: idle, will be reaped by the client's idle expiry
-        ({"sockets": {"ESTABLISHED": 2}, "dup_processes": 1, "dup_max_idle_s": 200.0}, ["info"]),
-        # beyond the client's idle expiry: nothing reaps it
-        ({"sockets": {"ESTABLISHED": 3}, "dup_processes": 1, "dup_max_idle_s": 900.0}, ["warning"]),
+        # no process with more than one connection
+        ({"dup_processes": 0}, []),
+        # consumer: data + coordinator connection, both busy
+        ({"dup_max_idle_s": 2.5, "dup_used_max_idle_s": 2.5, "dup_used_active_idle_s": 0.1}, []),
+        # a Java client's bootstrap leftover: unused since it opened -> counted, no finding
+        ({"dup_max_idle_s": 300.0, "dup_unused_processes": 1}, []),
+        # a second client, used, idle just below / at the threshold, the process busy
+        ({"dup_used_max_idle_s": 119.0, "dup_used_active_idle_s": 0.2}, []),
+        ({"dup_used_max_idle_s": 120.0, "dup_used_active_idle_s": 0.2}, ["info"]),
+        ({"dup_used_max_idle_s": 900.0, "dup_used_active_idle_s": 1.0}, ["info"]),
+        # every connection of the process idle: stalled or leaking, not a second client
+        ({"dup_used_max_idle_s": 900.0, "dup_used_active_idle_s": 400.0}, []),
+        ({"dup_used_max_idle_s": 900.0, "dup_used_active_idle_s": None}, []),
+        # CLOSE_WAIT toward the broker: close_wait_buildup owns it
+        (
+            {
+                "dup_used_max_idle_s": 900.0,
+                "dup_used_active_idle_s": 1.0,
+                "close_wait_count": 2,
+            },
+            [],
+        ),
         # broker side: every socket belongs to the broker process
         (
-            {"side": "broker", "peer_host": "c", "dup_processes": 1, "dup_max_idle_s": 900.0},
+            {
+                "side": "broker",
+                "peer_host": "c",
+                "dup_used_max_idle_s": 900.0,
+                "dup_used_active_idle_s": 1.0,
+            },
             [],
         ),
     ],
 )
 def test_duplicate_table(fields, expected):
-    assert _sev(duplicate_connections.detect(make_agg(**fields), CFG)) == expected
+    assert _sev(duplicate_connections.detect(_dup(**fields), CFG)) == expected
 
 
-def test_duplicate_identifies_the_idle_extra_socket():
-    agg = make_agg(
-        sockets={"ESTABLISHED": 2},
-        dup_processes=1,
+def test_duplicate_names_the_idle_extra_socket_and_blames_no_library():
+    agg = _dup(
         dup_max_idle_s=300.0,
+        dup_used_max_idle_s=300.0,
+        dup_used_active_idle_s=0.5,
         dup_conn="10.0.1.5:40001->10.0.0.12:9092",
     )
     (f,) = duplicate_connections.detect(agg, CFG)
     assert "10.0.1.5:40001->10.0.0.12:9092" in f.summary
-    assert "bootstrap" in f.recommendation
+    assert "more than one Kafka client" in f.summary
+    assert "bootstrap" not in f.recommendation
+    assert "one producer per process" in f.recommendation
+
+
+def test_duplicate_resolves_only_after_its_own_quiet_time():
+    cfg = CFG.replace(window_s=60.0, duplicate_resolve_after_s=660.0, resolve_after_windows=2)
+    assert resolve_windows("duplicate_connections", cfg) == 11
+    assert resolve_windows("close_wait_buildup", cfg) == 2
+    assert resolve_windows("duplicate_connections", cfg.replace(duplicate_resolve_after_s=0)) == 2
 
 
 # ---- connection_storm --------------------------------------------------------------------------
@@ -253,49 +287,100 @@ def test_time_wait_sides_get_their_own_advice():
 
 
 # ---- idle_churn --------------------------------------------------------------------------------
-def _cycle(minute, closes=1, opens=1, by="local", idle=540.0):
+def _cycle(minute, reopens=1, idle=540.0, hi=None, by="local", **fields):
     return make_agg(
         minute,
-        closes_after_idle=closes,
-        closes_after_idle_local=closes if by == "local" else 0,
-        closes_after_idle_peer=closes if by == "peer" else 0,
-        opens=opens,
-        idle_at_close_max_s=idle,
+        closes_after_idle=reopens,
+        closes_after_idle_local=reopens if by == "local" else 0,
+        closes_after_idle_peer=reopens if by == "peer" else 0,
+        opens=reopens,
+        reopens_after_idle=reopens,
+        reopen_idle_min_s=idle,
+        reopen_idle_max_s=idle if hi is None else hi,
+        idle_at_close_max_s=idle if hi is None else hi,
+        **fields,
     )
 
 
-def test_idle_churn_cycles_counts_close_then_reopen():
-    assert idle_churn.cycles([_cycle(0, 1, 0), _cycle(1, 0, 1)]) == 1
-    assert idle_churn.cycles([_cycle(0, 0, 1), _cycle(1, 1, 0)]) == 0  # open before any close
-    assert idle_churn.cycles([_cycle(0, 1, 1), _cycle(11, 1, 1)]) == 2
+def test_idle_churn_counts_reopens_of_one_timer():
+    cycles = idle_churn.timer_cycles
+    assert cycles([_cycle(0), _cycle(11)], CFG) == (2, 540.0, 540.0)
+    # the agent samples idle every few seconds: one timer reads a few seconds apart
+    assert cycles([_cycle(0, idle=538.0), _cycle(11, idle=545.0)], CFG)[0] == 2
+    # closes at unrelated idle times (a restart, a fault) are not one timer
+    assert cycles([_cycle(0, idle=250.0), _cycle(11, idle=540.0)], CFG)[0] == 1
+    # the largest agreeing set wins; a window mixing both is left out
+    ws = [_cycle(0), _cycle(5, idle=300.0), _cycle(11), _cycle(20, idle=300.0, hi=541.0)]
+    assert cycles(ws, CFG) == (2, 540.0, 540.0)
+    assert cycles([make_agg(0, opens=3, closes_after_idle=3)], CFG) == (0, None, None)
+
+
+@pytest.mark.parametrize(
+    ("history", "now", "expected"),
+    [
+        ([_cycle(0)], _cycle(11), ["warning"]),
+        ([], _cycle(11), []),  # one cycle only
+        ([], _cycle(11, reopens=2), ["warning"]),  # two connections of one client
+        # opens and idle closes that the agent did not pair (another process re-opened: a
+        # redeploy; or a re-open after a broker drop): no cycle
+        (
+            [make_agg(0, closes_after_idle=1, opens=1)],
+            make_agg(11, closes_after_idle=1, opens=1),
+            [],
+        ),
+        # a broker restarting twice: closes at whatever idle the restarts found
+        ([_cycle(0, idle=130.0)], _cycle(11, idle=410.0), []),
+    ],
+)
+def test_idle_churn_table(history, now, expected):
+    assert _sev(idle_churn.detect(now, CFG, history)) == expected
 
 
 def test_idle_churn_needs_min_cycles_within_the_window():
     history = [_cycle(0)]
     now = _cycle(11)
-    assert _sev(idle_churn.detect(now, CFG, history)) == ["warning"]
-    assert idle_churn.detect(now, CFG, []) == []  # one cycle only
     # the earlier cycle is outside a 10-minute churn window
     assert idle_churn.detect(now, CFG.replace(idle_churn_window_s=600.0), history) == []
 
 
 def test_idle_churn_other_series_do_not_count():
-    other = make_agg(0, broker="3", closes_after_idle=1, opens=1)
-    assert idle_churn.detect(_cycle(11), CFG, [other]) == []
+    assert idle_churn.detect(_cycle(11), CFG, [_cycle(0, broker="3")]) == []
 
 
 def test_idle_churn_says_which_side_timer_fired():
     (client,) = idle_churn.detect(_cycle(11, by="local"), CFG, [_cycle(0, by="local")])
     assert "client's own connections.max.idle.ms" in client.recommendation
-    (broker,) = idle_churn.detect(_cycle(11, by="peer"), CFG, [_cycle(0, by="peer", idle=240.0)])
+    (broker,) = idle_churn.detect(_cycle(11, by="peer"), CFG, [_cycle(0, by="peer")])
     assert "load balancer" in broker.recommendation
     assert broker.evidence["closes_after_idle_peer"] == 2
+
+
+def test_idle_churn_mentions_broker_drops_it_left_out():
+    (f,) = idle_churn.detect(_cycle(11, closes_broker_drop=3), CFG, [_cycle(0)])
+    assert "3 close(s) by a restarting or failing broker are not counted" in f.summary
+    assert f.evidence["closes_broker_drop"] == 3
+
+
+def test_idle_churn_broker_side_warns_when_an_address_hides_many_clients():
+    kw = {"side": "broker", "app": "kafka-broker", "peer_host": "10.0.9.1", "by": "peer"}
+    (one,) = idle_churn.detect(_cycle(11, **kw), CFG, [_cycle(0, **kw)])
+    assert "share" not in one.summary
+    many = {**kw, "sockets": {"ESTABLISHED": 40}}
+    (f,) = idle_churn.detect(_cycle(11, **many), CFG, [_cycle(0, **many)])
+    assert "40 connections" in f.summary and "NAT" in f.summary
+    assert "client hosts" in f.recommendation
 
 
 # ---- all together ------------------------------------------------------------------------------
 def test_healthy_consumer_window_has_no_finding():
     agg = make_agg(
-        sockets={"ESTABLISHED": 2}, max_idle_s=3.0, dup_processes=1, dup_max_idle_s=3.0, opens=0
+        sockets={"ESTABLISHED": 2},
+        max_idle_s=3.0,
+        dup_processes=1,
+        dup_max_idle_s=3.0,
+        dup_used_max_idle_s=3.0,
+        dup_used_active_idle_s=0.1,
+        opens=0,
     )
     assert detect_all(agg, DEFAULT) == {}
 

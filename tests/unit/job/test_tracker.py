@@ -142,7 +142,14 @@ def test_host_level_storm_from_heartbeat_counters_only():
 
 def test_idle_churn_uses_windows_from_earlier_batches():
     t = tracker()
-    cycle = {"closes_after_idle": 1, "closes_after_idle_local": 1, "opens": 1}
+    cycle = {
+        "closes_after_idle": 1,
+        "closes_after_idle_local": 1,
+        "opens": 1,
+        "reopens_after_idle": 1,
+        "reopen_idle_min_s": 540.0,
+        "reopen_idle_max_s": 540.0,
+    }
     assert t.process([agg(0, **cycle)], {}).findings == []
     out = t.process([agg(11, **cycle)], {})
     assert statuses(out) == [("idle_churn", "firing", "05:11")]
@@ -238,3 +245,48 @@ def test_only_firing_findings_and_recent_series_are_remembered():
     assert set(t.history) == {"client|web-1|orders||2", "client|web-2|orders||2"}
     t.process([_at(45, host="web-2")], {})  # 35 min later: web-1 is past the history kept
     assert set(t.history) == {"client|web-2|orders||2"}
+
+
+def _second_client(minute: int, idle: float) -> Aggregate:
+    return agg(
+        minute,
+        sockets={"ESTABLISHED": 2},
+        dup_processes=1,
+        dup_used_max_idle_s=idle,
+        dup_used_active_idle_s=0.5,
+    )
+
+
+def _three_cycles(t: Tracker) -> tuple[list[tuple[str, str, str]], int]:
+    """A second client's connection: idle 130-250 s (holds), used (idle 10 s), then reaped by
+    its idle expiry and gone for 5 min; three times. Returns the findings and the next minute."""
+    events: list[tuple[str, str, str]] = []
+    minute = 0
+    for _cycle in range(3):
+        for idle in (130.0, 190.0, 250.0, 10.0):
+            events += statuses(t.process([_second_client(minute, idle)], {}))
+            minute += 1
+        for _ in range(5):
+            events += statuses(t.process([agg(minute)], {}))
+            minute += 1
+    return events, minute
+
+
+def test_a_rarely_used_second_client_is_one_finding_not_a_flap():
+    """One finding across the cycles, resolved once the extra connection has been absent for
+    duplicate_resolve_after_s (660 s: 11 windows of 60 s)."""
+    t = tracker()
+    events, minute = _three_cycles(t)
+    assert events[0][:2] == ("duplicate_connections", "firing")
+    assert all(status == "firing" for _k, status, _w in events)  # never resolved in between
+    for _ in range(11):
+        events += statuses(t.process([agg(minute)], {}))
+        minute += 1
+    assert [e[1] for e in events][-1] == "resolved"
+    assert [e[1] for e in events].count("resolved") == 1
+
+
+def test_with_the_default_resolve_time_the_same_client_would_flap():
+    t = Tracker(CFG.replace(duplicate_resolve_after_s=0.0), clock=lambda a: a.window_end)
+    events, _minute = _three_cycles(t)
+    assert [e[1] for e in events].count("resolved") == 3
