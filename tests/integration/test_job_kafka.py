@@ -228,7 +228,8 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
                 "duplicate_connections|client:app-5:billing-service|prod-eu|1"
             ),
         )
-        assert dup["evidence"]["dup_max_idle_s"] >= 120 and "10.0.1.5:" in dup["summary"]
+        assert dup["evidence"]["dup_used_max_idle_s"] >= 120 and dup["severity"] == "info"
+        assert dup["evidence"]["dup_unused_processes"] == 1  # the bootstrap leftover beside it
         assert all(q.isActive for q in job.queries)
     finally:
         job.stop()
