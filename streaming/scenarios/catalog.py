@@ -11,7 +11,8 @@ Three clusters, because a broker's ``connections.max.idle.ms`` is read-only (sta
 per broker, checked with describe_configs on 4.3.1):
 - ``main``: 3 brokers, idle expiry 60 s: every scenario except the two below;
 - ``zombie``: 1 broker with idle expiry disabled (-1), which the zombie scenario needs;
-- ``storm``: 1 broker that the storm scenario stops, so the others keep their cluster whole.
+- ``storm``: 1 broker that the storm scenario stops, so the others keep their cluster whole;
+- ``restart``: 1 broker that the restart scenario stops and starts again, for the same reason.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ CLUSTERS = {
         "zombie", 1, {"connections.max.idle.ms": "-1"}, "1 broker; idle expiry disabled"
     ),
     "storm": ClusterProfile("storm", 1, {}, "1 broker, stopped by the storm scenario"),
+    "restart": ClusterProfile(
+        "restart", 1, {}, "1 broker, restarted twice by the restart scenario"
+    ),
 }
 
 # The detector thresholds of a session, compressed like the clusters above.
@@ -42,7 +46,10 @@ SESSION_SETTINGS: dict[str, float] = {
     "idle_churn_min_idle_s": 8.0,
     "idle_churn_min_cycles": 2,
     "idle_churn_window_s": 300.0,
+    "idle_churn_timer_tolerance_s": 3.0,  # the agent scans every second here
     "duplicate_idle_s": 10.0,
+    # above the second client's 15 s idle expiry + duplicate_idle_s, whole windows
+    "duplicate_resolve_after_s": 40.0,
     "zombie_idle_s": 90.0,  # above the main cluster's 60 s broker expiry
     "storm_opens_per_min": 60.0,
     "storm_short_lived_s": 2.0,
@@ -158,22 +165,38 @@ CLOSE_WAIT = Scenario(
 DUPLICATE = Scenario(
     name="duplicate",
     summary=(
-        "A Java producer keeps its bootstrap connection next to the real-id connection to the "
-        "same broker; a librdkafka consumer's coordinator connection must not be flagged."
+        "A process with two librdkafka producers toward one broker, one busy and one sending "
+        "every 30 s with a 15 s idle expiry (reaped and re-opened each time): one finding that "
+        "does not flap. A Java producer's bootstrap connection (unused since it opened) and "
+        "consumers' coordinator connections are expected: counted, never flagged."
     ),
     cluster="main",
-    topics={"scn-dup": 3},
+    topics={"scn-dup": 3, "scn-dup2": 1},
     workloads=(
         Workload("java", "producer", "dup-java-producer", "scn-dup", interval_ms=500),
         Workload("java", "consumer", "dup-java-consumer", "scn-dup", "dup-java-g"),
         Workload("rdkafka", "consumer", "dup-rdk-consumer", "scn-dup", "dup-rdk-g"),
+        Workload(
+            "rdkafka",
+            "two-producers",
+            "dup-rdk-two-clients",
+            "scn-dup2",
+            interval_ms=200,
+            options={
+                "second_interval_ms": 30_000,
+                "second_props": {"connections.max.idle.ms": "15000"},
+            },
+        ),
     ),
     expect=(
-        Expect("duplicate_connections", "dup-java-producer"),
+        Expect("duplicate_connections", "dup-rdk-two-clients"),
+        Expect("duplicate_connections", "dup-java-producer", present=False),
+        Expect("duplicate_connections", "dup-java-consumer", present=False),
         Expect("duplicate_connections", "dup-rdk-consumer", present=False),
     ),
-    detector=_uses("duplicate_idle_s"),
+    detector=_uses("duplicate_idle_s", "duplicate_resolve_after_s"),
     expect_within_s=90.0,
+    duration_s=210.0,
 )
 
 ZOMBIE = Scenario(
@@ -310,9 +333,48 @@ TWO_CLUSTERS = Scenario(
     expect_within_s=150.0,
 )
 
+RESTART = Scenario(
+    name="restart",
+    summary=(
+        "The broker restarts twice, 120 s apart, under a busy producer and one that sends "
+        "every 120 s: the quiet producer's connection is closed after ~60 s idle both times "
+        "and re-opened, yet a restart is not idle-timeout churn: no idle_churn finding."
+    ),
+    cluster="restart",
+    topics={"scn-restart-busy": 1, "scn-restart-rare": 1},
+    workloads=(
+        Workload("rdkafka", "producer", "restart-rdk-busy", "scn-restart-busy", interval_ms=200),
+        Workload(
+            "rdkafka", "producer", "restart-rdk-rare", "scn-restart-rare", interval_ms=120_000
+        ),
+    ),
+    actions=(
+        Action(60.0, "stop_node", 1),
+        Action(70.0, "start_node", 1),
+        Action(180.0, "stop_node", 1),
+        Action(190.0, "start_node", 1),
+    ),
+    expect=(
+        Expect("idle_churn", "restart-rdk-rare", present=False),
+        Expect("idle_churn", "restart-rdk-busy", present=False),
+    ),
+    detector=_uses("idle_churn_min_idle_s", "idle_churn_min_cycles", "idle_churn_window_s"),
+    duration_s=270.0,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
-    for s in (HEALTHY, IDLE_CHURN, CLOSE_WAIT, DUPLICATE, ZOMBIE, STORM, TIME_WAIT, TWO_CLUSTERS)
+    for s in (
+        HEALTHY,
+        IDLE_CHURN,
+        CLOSE_WAIT,
+        DUPLICATE,
+        ZOMBIE,
+        STORM,
+        TIME_WAIT,
+        TWO_CLUSTERS,
+        RESTART,
+    )
 }
 
 

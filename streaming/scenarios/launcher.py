@@ -51,6 +51,10 @@ def workload_argv(w: Workload, bootstrap: str, also: str | None = None) -> list[
         argv += ["--max-connections", str(w.options["max_connections"])]
     if "hold_ms" in w.options:
         argv += ["--hold-ms", str(w.options["hold_ms"])]
+    if "second_interval_ms" in w.options:
+        argv += ["--second-interval-ms", str(w.options["second_interval_ms"])]
+    for k, v in (w.options.get("second_props") or {}).items():
+        argv += ["--second-prop", f"{k}={v}"]
     if also:
         argv += ["--also", also]
     for k, v in w.props.items():

@@ -14,7 +14,7 @@ from streaming.detectors.config import DetectorConfig
 from streaming.schema.findings import KINDS as FINDING_KINDS
 
 CLIENTS = {
-    "rdkafka": ("producer", "consumer"),
+    "rdkafka": ("producer", "consumer", "two-producers"),
     "java": ("producer", "idle-producer", "consumer", "stalled-consumer"),
     "raw": ("close-wait-leak", "churn"),
 }
