@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import signal
 import sys
 from typing import Any
 
 from streaming.agent import config as agent_config
 from streaming.errors import ConfigError
+from streaming.stopping import StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,13 @@ def check_events_topic(cfg: agent_config.AgentConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Scan until SIGTERM/SIGINT (or ``--max-scans``), then flush what is queued (up to
+    ``flush_timeout_s``), log one line and exit 0."""
     from streaming.agent.metrics import AgentMetrics
     from streaming.agent.producer import KafkaSink, StreamSink
     from streaming.agent.runner import Agent, make_refresher
 
+    stop = StopSignal("agent").install()  # a signal during the start is acted on after it
     cfg = agent_config.load(args.config, _flags(args))
     metrics = AgentMetrics()
     if args.output:
@@ -120,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     # Learn brokers before the first scan, so the first events carry broker ids.
     refresher.refresh_due(timeout_s=cfg.metadata_timeout_s)
     agent = Agent(cfg, sink, metrics, refresher)
+    agent.stop_event = stop.event
     if args.once:
         agent.scan(force_summary=True)
         sink.close(cfg.flush_timeout_s)
@@ -133,15 +137,9 @@ def run(args: argparse.Namespace) -> int:
         log.info("serving %s://%s/metrics", cfg.metrics_security.scheme, cfg.metrics_address)
     refresher.start()
 
-    def stop(signum: int, _frame: Any) -> None:
-        log.info("signal %d: stopping", signum)
-        agent.stop_event.set()
-
     # Each scan allocates a record per socket; with the default gen-0 threshold (700) the
     # cyclic collector would run dozens of times per scan over the long-lived tracked sockets.
     gc.set_threshold(50_000, 20, 20)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     log.info(
         "agent %s: %d cluster(s), collector %s, scanning every %.1fs",
         agent.events.agent_id,
@@ -154,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         refresher.stop()
         left = sink.close(cfg.flush_timeout_s)
-        if left:
-            log.warning("%d event(s) not delivered at shutdown", left)
+    undelivered = f"{left} event(s) not delivered" if left else ""
+    if stop.requested:
+        stop.log_stopped(undelivered)
+    elif left:
+        log.warning("%s at shutdown", undelivered)
     return 0

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import threading
 
 from confluent_kafka import KafkaException
 
@@ -13,6 +11,7 @@ from streaming.exporter import config as cfg
 from streaming.exporter.consumer import TopicReader
 from streaming.exporter.http import metrics_app
 from streaming.exporter.store import Store
+from streaming.stopping import StopSignal
 from streaming.webserver import serve_endpoint
 
 log = logging.getLogger(__name__)
@@ -68,6 +67,8 @@ def check_topics(conf: cfg.ExporterConfig) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM/SIGINT, then stop reading and serving, log one line, exit 0."""
+    stop = StopSignal("exporter").install()  # a signal during the start is acted on after it
     conf = cfg.build(
         bootstrap_servers=args.bootstrap_servers,
         listen=args.listen,
@@ -104,15 +105,12 @@ def run(args: argparse.Namespace) -> int:
         raise cfg.ConfigError(f"kafka-config: {exc}") from exc
     log.info("serving %s://%s:%d/metrics", conf.security.scheme, conf.listen_host, conf.listen_port)
 
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    while not done.wait(5.0):
+    while not stop.wait(5.0):
         if not reader.alive():
             log.error("the Kafka reader stopped; exiting")
             httpd.shutdown()
             return 1
-    log.info("stopping")
     reader.stop()
     httpd.shutdown()
+    stop.log_stopped()
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import time
 from typing import Any
@@ -17,8 +16,13 @@ from streaming.job.settings import (
     load_file,
 )
 from streaming.options import parse_pairs
+from streaming.stopping import StopSignal
 
 log = logging.getLogger(__name__)
+
+# Within systemd's default TimeoutStopSec (90 s) and the job pod's grace period (60 s), with time
+# left to stop Spark.
+STOP_TIMEOUT_S = 30.0
 
 
 def register(subparsers: Any) -> None:
@@ -75,6 +79,14 @@ def register(subparsers: Any) -> None:
     job.add_argument("--spark-conf", action="append", metavar="NAME=VALUE")
     job.add_argument(
         "--run-for", type=float, help="stop after this many seconds (benchmarks, demos)"
+    )
+    job.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=STOP_TIMEOUT_S,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, wait this long for running micro-batches to finish before "
+        f"abandoning them; they run again on restart (default {STOP_TIMEOUT_S:.0f})",
     )
     job.set_defaults(func=run_job)
 
@@ -172,33 +184,39 @@ def check_topics(s: JobSettings) -> None:
 
 
 def run_job(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT, ``--run-for`` or a failed query. Then stop each query once its
+    running micro-batch is committed (one still running after ``--stop-timeout`` is abandoned
+    and runs again on restart), stop Spark and its JVM; on a signal, log one line; exit 0."""
+    stop = StopSignal("job").install()  # a signal during Spark's start is acted on after it
     s = settings_from_args(args)
     if s.check_topics:
         check_topics(s)
     from streaming.job.pipeline import start_job
+    from streaming.job.session import stop_session
 
     spark = _session(s, s.job_id)
-    job = start_job(spark, s)
-    stop = {"now": False}
-
-    def on_term(signum: int, _frame: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop.install()  # the SparkContext has just put in its own SIGINT handler
+    try:
+        job = start_job(spark, s)
+    except BaseException:
+        stop_session(spark)
+        raise
     deadline = time.monotonic() + args.run_for if args.run_for else None
     log.info("job %s running on %s; findings -> %s", s.job_id, s.master, s.findings_topic)
     try:
-        while not stop["now"]:
+        while not stop.wait(0.5):
             if deadline is not None and time.monotonic() >= deadline:
                 break
             for q in job.queries:
                 if q.exception() is not None:
                     print(f"connmon job: query {q.name} failed: {q.exception()}", file=sys.stderr)
                     return 1
-            time.sleep(0.5)
     finally:
-        job.stop()
-        spark.stop()
+        try:
+            between = job.stop(args.stop_timeout)
+        finally:
+            stop_session(spark)
+    stop.log_stopped("" if between else "a running batch was abandoned, it runs again on restart")
     return 0
 
 
@@ -215,12 +233,13 @@ def run_replay(args: argparse.Namespace) -> int:
         raise ConfigError(f"events: no such file or folder {args.events}")
     s = JobSettings(master=args.master, detectors=cfg).validate()
     from streaming.job.pipeline import replay, write_jsonl
+    from streaming.job.session import stop_session
 
     spark = _session(s, "connmon-replay")
     try:
         result = replay(spark, args.events, cfg)
     finally:
-        spark.stop()
+        stop_session(spark)
     write_jsonl(args.findings, result.findings, echo=print)
     if args.aggregates:
         write_jsonl(args.aggregates, result.aggregates, echo=None)

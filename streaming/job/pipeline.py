@@ -19,6 +19,7 @@ import json
 import logging
 import shutil
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from streaming.job.ingest import (
     count_rows,
     merge_counts,
 )
-from streaming.job.session import connector_package
+from streaming.job.session import connector_package, stop_query
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import (
     CounterParam,
@@ -202,17 +203,20 @@ class RunningJob:
     sinks: list[KafkaSink]
     temp_dirs: list[str] = field(default_factory=list)
 
-    def stop(self) -> None:
-        for q in self.queries:
-            try:
-                q.stop()
-            except Exception:  # already failed: nothing to stop
-                log.debug("stopping %s", q.name, exc_info=True)
+    def stop(self, wait_s: float = 0.0) -> bool:
+        """Stop the queries, the last started first, each between two micro-batches when the
+        running ones finish within ``wait_s`` in all (``stop_query``). False when a batch was
+        abandoned (it runs again on restart)."""
+        deadline = time.monotonic() + wait_s
+        between = [
+            stop_query(q, max(0.0, deadline - time.monotonic())) for q in reversed(self.queries)
+        ]
         self.spark.streams.removeListener(self.listener)
         for sink in self.sinks:
             sink.close()
         for d in self.temp_dirs:
             shutil.rmtree(d, ignore_errors=True)
+        return all(between)
 
 
 def package_zip(dest_dir: str) -> str:

@@ -98,8 +98,9 @@ class Proc:
             return ""
 
 
-def stop_all(procs: list[Proc], timeout_s: float = 15.0) -> None:
-    """SIGTERM every process group at once, wait, then SIGKILL what is left."""
+def stop_all(procs: list[Proc], timeout_s: float = 45.0) -> None:
+    """SIGTERM every process group at once, wait, then SIGKILL what is left. The wait covers
+    the job's own stop (its running batch for up to 30 s, then Spark)."""
     live = [p for p in procs if p.alive()]
     for p in live:
         with contextlib.suppress(ProcessLookupError):

@@ -277,9 +277,50 @@ def _start_cli(args: list[str], log: Path) -> subprocess.Popen:
     )
 
 
+Proc = tuple[int, int]  # (pid, start time in clock ticks): a pid reused later is another process
+
+
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, start time) from /proc/<pid>/stat; None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _table() -> dict[int, tuple[str, int, int, int]]:
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            out[int(entry.name)] = st
+    return out
+
+
+def _descendants(pid: int) -> set[Proc]:
+    """Every process below ``pid`` now, whatever its process group."""
+    table = _table()
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for child, (_, ppid, _, _) in table.items():
+            if ppid == parent and child not in found:
+                found.add(child)
+                todo.append(child)
+    return {(p, table[p][3]) for p in found}
+
+
 def _kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL, timeout_s: float = 60) -> None:
+    """Signal the job's process group; SIGKILL also kills everything below the driver (its Spark
+    JVM runs in a process group of its own), so a crash test crashes the JVM too."""
+    below = _descendants(p.pid) if sig == signal.SIGKILL else set()
     with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, sig)
+    for pid, _start in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     try:
         p.wait(timeout_s)
     except subprocess.TimeoutExpired:

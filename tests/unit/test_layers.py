@@ -17,11 +17,12 @@ RUNTIME = {
     "metricnames": set(),
     "prometheus_bin": set(),
     "webserver": {"errors"},
+    "stopping": set(),
     "topics": {"errors", "options"},
-    "agent": {"schema", "metricnames", "errors", "options", "webserver", "topics"},
+    "agent": {"schema", "metricnames", "errors", "options", "webserver", "topics", "stopping"},
     "detectors": {"schema"},
-    "job": {"detectors", "schema", "errors", "options", "topics"},
-    "exporter": {"schema", "metricnames", "errors", "options", "webserver", "topics"},
+    "job": {"detectors", "schema", "errors", "options", "topics", "stopping"},
+    "exporter": {"schema", "metricnames", "errors", "options", "webserver", "topics", "stopping"},
     "mixin": {"detectors", "metricnames", "prometheus_bin"},
 }
 
