@@ -48,8 +48,9 @@ SESSION_SETTINGS: dict[str, float] = {
     "idle_churn_window_s": 300.0,
     "idle_churn_timer_tolerance_s": 3.0,  # the agent scans every second here
     "duplicate_idle_s": 10.0,
-    # above the second client's 15 s idle expiry + duplicate_idle_s, whole windows
-    "duplicate_resolve_after_s": 40.0,
+    # above the gap of the duplicate scenario's second client: reaped at 25 s idle, re-opened
+    # at its next send 40 s after the last, idle past duplicate_idle_s 10 s later
+    "duplicate_resolve_after_s": 60.0,
     "zombie_idle_s": 90.0,  # above the main cluster's 60 s broker expiry
     "storm_opens_per_min": 60.0,
     "storm_short_lived_s": 2.0,
@@ -166,7 +167,7 @@ DUPLICATE = Scenario(
     name="duplicate",
     summary=(
         "A process with two librdkafka producers toward one broker, one busy and one sending "
-        "every 30 s with a 15 s idle expiry (reaped and re-opened each time): one finding that "
+        "every 40 s with a 25 s idle expiry (reaped and re-opened each time): one finding that "
         "does not flap. A Java producer's bootstrap connection (unused since it opened) and "
         "consumers' coordinator connections are expected: counted, never flagged."
     ),
@@ -183,8 +184,8 @@ DUPLICATE = Scenario(
             "scn-dup2",
             interval_ms=200,
             options={
-                "second_interval_ms": 30_000,
-                "second_props": {"connections.max.idle.ms": "15000"},
+                "second_interval_ms": 40_000,
+                "second_props": {"connections.max.idle.ms": "25000"},
             },
         ),
     ),

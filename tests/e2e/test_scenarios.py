@@ -103,7 +103,7 @@ def test_scenario(scenario_session, name: str) -> None:
 
 
 def test_a_rarely_used_second_client_is_one_finding_that_does_not_flap(scenario_session) -> None:
-    """The rare producer's connection is reaped by its idle expiry and re-opened every 30 s:
+    """The rare producer's connection is reaped by its idle expiry and re-opened every 40 s:
     one duplicate_connections finding names the idle extra socket and stays firing through
     the cycles, instead of firing and resolving each time."""
     session = scenario_session
@@ -117,7 +117,7 @@ def test_a_rarely_used_second_client_is_one_finding_that_does_not_flap(scenario_
     assert evidence["dup_used_active_idle_s"] < session.detector.duplicate_idle_s, evidence
     assert "more than one Kafka client" in fired[0]["summary"], fired[0]
     key = fired[0]["key"]
-    # Through the scenario's run: cycles of the rare client every 30 s (reaped at 15 s idle,
+    # Through the scenario's run: cycles of the rare client every 40 s (reaped at 25 s idle,
     # re-opened at its next send). The other tests have usually used up this time already.
     _wait(session, s.duration_s + SLACK_S, lambda: False)
     statuses = [f["status"] for f in session.findings.history if f.get("key") == key]
@@ -132,21 +132,6 @@ def test_a_java_bootstrap_leftover_is_counted_not_flagged(scenario_session) -> N
     sel = '{app="dup-java-producer"}'
     q = f"max_over_time(connmon_unused_extra_connections{sel}[{LOOKBACK}]) > 0"
     assert session.components.prometheus.wait_for(q, timeout_s=s.expect_within_s), (
-        q + "\n" + _diagnostics(session, s)
-    )
-
-
-def test_a_broker_restart_is_seen_as_dropped_connections(scenario_session) -> None:
-    """The restart scenario's negative (no idle_churn) holds because connmon saw the restarts
-    as the broker dropping connections in use, not because it saw nothing."""
-    session = scenario_session
-    s = catalog.SCENARIOS["restart"]
-    q = (
-        "max_over_time(connmon_broker_dropped_connections_per_second"
-        f'{{app="restart-rdk-rare"}}[{LOOKBACK}]) > 0'
-    )
-    _wait(session, 120.0, lambda: False)  # the first restart is at 60 s
-    assert session.components.prometheus.wait_for(q, timeout_s=90), (
         q + "\n" + _diagnostics(session, s)
     )
 
