@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from streaming.agent.records import (
@@ -121,10 +122,6 @@ def _closed_by_for(state: int) -> str | None:
     if state in LOCAL_CLOSE_STATES:
         return "local"
     return None
-
-
-def _first(pair: tuple[float, Any]) -> float:
-    return pair[0]
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -414,7 +411,7 @@ class SocketLifecycles:
         used_idle: float | None = None
         used_active: float | None = None
         for ts in dups:
-            sampled = sorted(((t.idle_s, t) for t in ts if t.idle_s is not None), key=_first)
+            sampled = sorted(((t.idle_s, t) for t in ts if t.idle_s is not None), key=itemgetter(0))
             if not sampled:
                 continue
             active = sampled[0][0]  # the process's busiest connection to this broker

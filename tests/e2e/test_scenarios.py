@@ -53,6 +53,15 @@ def _wait(session, until_elapsed_s: float, done) -> None:
         time.sleep(1.0)
 
 
+def _fired_in_time(session, s: Scenario, e: Expect) -> list[dict]:
+    """Firing records for ``e``, waited for as long as the scenario allows; fails with the
+    observer's report when there are none."""
+    _wait(session, s.expect_within_s + SLACK_S, lambda: bool(_fired(session, s, e)))
+    fired = _fired(session, s, e)
+    assert fired, _diagnostics(session, s)
+    return fired
+
+
 def _diagnostics(session, s: Scenario) -> str:
     lines = [session.observer_report(s), "", "active findings:"]
     lines += [f"  {f}" for f in session.findings.active()]
@@ -109,9 +118,7 @@ def test_a_rarely_used_second_client_is_one_finding_that_does_not_flap(scenario_
     session = scenario_session
     e = Expect("duplicate_connections", "dup-rdk-two-clients")
     s = catalog.SCENARIOS["duplicate"]
-    _wait(session, s.expect_within_s + SLACK_S, lambda: bool(_fired(session, s, e)))
-    fired = _fired(session, s, e)
-    assert fired, _diagnostics(session, s)
+    fired = _fired_in_time(session, s, e)
     evidence = fired[0].get("evidence") or {}
     assert evidence["dup_used_max_idle_s"] >= session.detector.duplicate_idle_s, evidence
     assert evidence["dup_used_active_idle_s"] < session.detector.duplicate_idle_s, evidence
@@ -121,7 +128,7 @@ def test_a_rarely_used_second_client_is_one_finding_that_does_not_flap(scenario_
     _wait(session, s.duration_s + SLACK_S, lambda: False)
     # One finding per broker it concerns, not one per cycle: a key may resolve for good (an
     # extra connection used once and never again), but never fires again after resolving.
-    keys = {f["key"] for f in fired}
+    keys = {f["key"] for f in _fired(session, s, e)}
     for key in keys:
         statuses = [f["status"] for f in session.findings.history if f.get("key") == key]
         starts = sum(
@@ -150,10 +157,7 @@ def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenar
     session = scenario_session
     e = Expect("connection_storm", "timewait-raw-churn")
     s = catalog.SCENARIOS["time-wait"]
-    _wait(session, s.expect_within_s + SLACK_S, lambda: bool(_fired(session, s, e)))
-    fired = _fired(session, s, e)
-    assert fired, _diagnostics(session, s)
-    f = fired[-1]
+    f = _fired_in_time(session, s, e)[-1]
     assert "reuse" in f["recommendation"] and "backoff" not in f["recommendation"], f
     assert f["evidence"]["closes_local"] > f["evidence"]["closes_peer"], f["evidence"]
 
