@@ -68,6 +68,18 @@ class FindingsBoard:
             and (cluster is None or f.get("cluster") == cluster)
         ]
 
+    def firing_starts(self, key: str) -> int:
+        """How many times the finding ``key`` went from not firing to firing: 1 for a finding
+        that fired once (resolved or not since), more for one that flapped."""
+        starts, firing = 0, False
+        for f in self.history:
+            if f.get("key") != key:
+                continue
+            now = f.get("status") == "firing"
+            starts += now and not firing
+            firing = now
+        return starts
+
 
 class FindingsReader:
     """A consumer thread folding the findings topic into a board."""
@@ -123,6 +135,10 @@ class FindingsReader:
     ) -> list[dict]:
         with self._lock:
             return self.board.ever_fired(kind, app, side, exclude, cluster)
+
+    def firing_starts(self, key: str) -> int:
+        with self._lock:
+            return self.board.firing_starts(key)
 
     def stop(self) -> None:
         self._stop.set()

@@ -128,15 +128,8 @@ def test_a_rarely_used_second_client_is_one_finding_that_does_not_flap(scenario_
     _wait(session, s.duration_s + SLACK_S, lambda: False)
     # One finding per broker it concerns, not one per cycle: a key may resolve for good (an
     # extra connection used once and never again), but never fires again after resolving.
-    keys = {f["key"] for f in _fired(session, s, e)}
-    for key in keys:
-        statuses = [f["status"] for f in session.findings.history if f.get("key") == key]
-        starts = sum(
-            1
-            for before, now in zip(["resolved", *statuses], statuses, strict=False)
-            if before == "resolved" and now == "firing"
-        )
-        assert starts == 1, (key, statuses)
+    starts = {f["key"]: session.findings.firing_starts(f["key"]) for f in _fired(session, s, e)}
+    assert set(starts.values()) == {1}, starts
 
 
 def test_a_java_bootstrap_leftover_is_counted_not_flagged(scenario_session) -> None:

@@ -265,6 +265,19 @@ def test_findings_board_keeps_latest_per_key_and_sets_malformed_aside():
     assert "k1" not in b.latest
 
 
+def test_firing_starts_counts_each_fire_after_not_firing():
+    b = FindingsBoard()
+
+    def fold(key: str, status: str) -> None:
+        b.fold(key.encode(), f'{{"kind":"k","status":"{status}","key":"{key}"}}'.encode(), 0.0)
+
+    for status in ("firing", "firing", "resolved"):  # fired once, updated, resolved for good
+        fold("once", status)
+    for status in ("firing", "resolved", "firing", "firing", "resolved", "firing"):
+        fold("flap", status)
+    assert (b.firing_starts("once"), b.firing_starts("flap"), b.firing_starts("none")) == (1, 3, 0)
+
+
 def test_line_chart_draws_one_polyline_per_series_and_handles_no_data():
     svg = line_chart("T <x>", {"a": [(0, 1), (10, 3)], "b": [(0, 2), (10, 0)]}, "sockets")
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
