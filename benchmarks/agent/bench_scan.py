@@ -1,7 +1,7 @@
 """Benchmark: the agent's socket scan against ``ss -tani`` on the same sockets, in one run.
 
-Opens N loopback connections (both ends in this process, so 2N sockets), spread over
-127.0.0.1..127.0.0.K so ephemeral ports do not run out; a fraction of them go to a "Kafka"
+Opens N loopback connections (both ends held by worker processes, so 2N sockets), spread over
+127.0.1.1..127.0.1.K so ephemeral ports do not run out; a fraction of them go to a "Kafka"
 port, the rest to another port. Then times, median of ``--repeat`` runs each:
 
 - ``ss -tani`` (output to /dev/null) and ``ss -tani '( sport = :P or dport = :P )'``;
@@ -9,12 +9,17 @@ port, the rest to another port. Then times, median of ``--repeat`` runs each:
 - the agent's whole steady-state scan (dump, classify, attribute, lifecycle) with the filter;
 - the /proc/net/tcp fallback, for reference.
 
-``--cpu-seconds S`` also runs ``connmon agent`` as a child process at a 5 s interval against
-the Kafka sockets for S seconds and reports its CPU share of one core (from /proc/<pid>/stat,
-excluding start-up and the first scan).
+``--cpu-seconds S`` also runs the agent (``python -m streaming agent``, the repository's code,
+default settings: every network namespace) as a child process at a 5 s interval against
+``--cpu-sockets`` connections whose both ends are Kafka sockets, for S seconds, and reports its
+CPU share of one core, user and system (from /proc/<pid>/stat, excluding start-up and the first
+scan), ``--cpu-runs`` times. After each run, the same way and on the same sockets:
+``--cpu-baseline DIR`` runs the agent of another checkout (the code before a change), and
+``--cpu-floor`` a process that only sends the agent's dump request every 5 s and reads the
+replies without parsing them: the kernel's share, which no change to the agent can remove.
 
 Run as root (or raise ``ulimit -n`` first): ``.venv/bin/python benchmarks/agent/bench_scan.py
---sockets 20000 100000 --cpu-sockets 10000``.
+--sockets 20000 100000 --cpu-sockets 5000 --cpu-seconds 120 --cpu-runs 2 --cpu-floor``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import platform
 import resource
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -187,6 +193,7 @@ def bench_one(n: int, repeat: int, kafka_fraction: float) -> dict:
             "sockets_total": total,
             "sockets_kafka": filtered,
             "setup_s": round(setup_s, 1),
+            "load_before": loadavg(),
         }
         res.update(
             medians(
@@ -225,6 +232,7 @@ def bench_one(n: int, repeat: int, kafka_fraction: float) -> dict:
             res["agent_dump_filter_s"] / res["ss_tani_filter_s"], 3
         )
         res["ratio_scan_filter_vs_ss"] = round(res["agent_scan_filter_s"] / res["ss_tani_s"], 3)
+        res["load_after"] = loadavg()
         return res
     finally:
         sk.close()
@@ -236,48 +244,109 @@ def cpu_ticks(pid: int) -> tuple[int, int]:
     return int(fields[11]), int(fields[12])
 
 
-def bench_cpu(n: int, seconds: float) -> dict:
+def loadavg() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+_DONE = struct.pack("=IHH", 20, netlink.NLMSG_DONE, 2)  # NLMSG_DONE with NLM_F_MULTI
+
+
+def read_dump(sock: socket.socket, request: bytes, buf: bytearray) -> int:
+    """Send one dump request and read the replies to the end without parsing them (only the
+    last 20 bytes of each read are looked at: NLMSG_DONE ends the last one). Returns the reads."""
+    sock.sendall(request)
+    reads = 0
+    while True:
+        n = sock.recv_into(buf)
+        reads += 1
+        if n >= 20 and buf[n - 20 : n - 12] == _DONE:
+            return reads
+        if n >= 20 and struct.unpack_from("=H", buf, 4)[0] == netlink.NLMSG_ERROR:
+            raise OSError("sock_diag dump failed")
+
+
+def dump_loop(ports: list[int], interval: float) -> None:
+    """The floor: what the agent cannot avoid, one filtered dump read to the end every
+    ``interval`` seconds, nothing parsed. Runs until killed."""
+    req = netlink.build_request_all(ports)
+    buf = bytearray(1 << 16)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_SOCK_DIAG) as s:
+        next_at = time.monotonic()
+        while True:
+            read_dump(s, req, buf)
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def measure_child(cmd: list[str], seconds: float, cwd: Path = REPO, settle: float = 8.0) -> dict:
+    """CPU of a child process over ``seconds``, after ``settle`` seconds of start-up (and, for
+    the agent, its first scan)."""
+    proc = subprocess.Popen(cmd, cwd=cwd)
+    try:
+        time.sleep(settle)
+        hz = os.sysconf("SC_CLK_TCK")
+        load0 = loadavg()
+        c0, w0 = cpu_ticks(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = cpu_ticks(proc.pid), time.monotonic()
+        load1 = loadavg()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    user, system = (c1[0] - c0[0]) / hz, (c1[1] - c0[1]) / hz
+    return {
+        "measured_s": round(w1 - w0, 1),
+        "cpu_user_s": user,
+        "cpu_system_s": system,
+        "cpu_share_of_one_core": round((user + system) / (w1 - w0), 5),
+        "load_before": load0,
+        "load_after": load1,
+    }
+
+
+def bench_cpu(
+    n: int, seconds: float, runs: int = 1, floor: bool = False, baseline: Path | None = None
+) -> dict:
+    """The agent (default config: every network namespace) at a 5 s interval against ``n``
+    connections whose both ends are Kafka sockets, ``runs`` times. After each run, with
+    ``baseline`` the agent of that other checkout on the same sockets, with ``floor`` the dump
+    alone: runs of each kind alternate, so they share the machine's load."""
     sk = Sockets(n, 1.0)  # every connection is a Kafka connection
     host_sockets = len(netlink.dump())  # the kernel walks all of them on every dump
+    out: dict = {
+        "kafka_sockets": 2 * n,
+        "host_sockets": host_sockets,
+        "interval_s": 5,
+        "agent": [],
+        "baseline": [],
+        "floor": [],
+    }
     try:
         with tempfile.TemporaryDirectory() as d:
             cfg = Path(d) / "agent.yaml"
             agent_config_file(sk, cfg)
-            proc = subprocess.Popen(
-                [
-                    str(REPO / ".venv" / "bin" / "connmon"),
-                    "--log-level",
-                    "WARNING",
-                    "agent",
-                    "--config",
-                    str(cfg),
-                    "--output",
-                    os.devnull,
-                    "--interval",
-                    "5",
-                    "--summary-interval",
-                    "15",
-                ]
-            )
-            try:
-                time.sleep(8)  # start-up and the first (initial) scan
-                hz = os.sysconf("SC_CLK_TCK")
-                c0, w0 = cpu_ticks(proc.pid), time.monotonic()
-                time.sleep(seconds)
-                c1, w1 = cpu_ticks(proc.pid), time.monotonic()
-            finally:
-                proc.terminate()
-                proc.wait(30)
-        user, system = (c1[0] - c0[0]) / hz, (c1[1] - c0[1]) / hz
-        return {
-            "kafka_sockets": 2 * n,
-            "host_sockets": host_sockets,
-            "interval_s": 5,
-            "measured_s": round(w1 - w0, 1),
-            "cpu_user_s": user,
-            "cpu_system_s": system,
-            "cpu_share_of_one_core": round((user + system) / (w1 - w0), 5),
-        }
+            agent_cmd = [
+                sys.executable, "-m", "streaming", "--log-level", "WARNING", "agent",
+                "--config", str(cfg), "--output", os.devnull,
+                "--interval", "5", "--summary-interval", "15",
+            ]  # fmt: skip
+            floor_cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--dump-loop",
+                str(sk.kafka_port),
+            ]
+            children: list[tuple[str, list[str], Path, float]] = [("agent", agent_cmd, REPO, 8.0)]
+            if baseline is not None:
+                children.append(("baseline", agent_cmd, baseline, 8.0))
+            if floor:
+                children.append(("floor", floor_cmd, REPO, 2.0))
+            for _ in range(runs):
+                for kind, cmd, cwd, settle in children:
+                    r = measure_child(cmd, seconds, cwd, settle)
+                    print(json.dumps({kind: r}), flush=True)
+                    out[kind].append(r)
+        return out
     finally:
         sk.close()
 
@@ -289,10 +358,27 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--cpu-sockets", type=int, default=5000, help="connections (x2 sockets)")
     ap.add_argument("--cpu-seconds", type=float, default=60.0, help="0 skips the CPU run")
+    ap.add_argument("--cpu-runs", type=int, default=1, help="CPU runs, one after the other")
+    ap.add_argument(
+        "--cpu-floor",
+        action="store_true",
+        help="after each agent run, measure a process that only dumps (the kernel's share)",
+    )
+    ap.add_argument(
+        "--cpu-baseline",
+        type=Path,
+        metavar="DIR",
+        help="another checkout of the repository: after each run, its agent on the same sockets",
+    )
+    ap.add_argument("--dump-loop", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
+    if args.dump_loop:
+        dump_loop([args.dump_loop], 5.0)
+        return 0
     out: dict = {
         "machine": {
+            "date": time.strftime("%Y-%m-%d"),
             "kernel": platform.release(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -304,8 +390,9 @@ def main() -> int:
         print(json.dumps(r), flush=True)
         out["scan"].append(r)
     if args.cpu_seconds > 0:
-        out["cpu"] = bench_cpu(args.cpu_sockets, args.cpu_seconds)
-        print(json.dumps(out["cpu"]), flush=True)
+        out["cpu"] = bench_cpu(
+            args.cpu_sockets, args.cpu_seconds, args.cpu_runs, args.cpu_floor, args.cpu_baseline
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -21,6 +21,10 @@ NAMESPACE_MODES = ("all", "own")
 _GONE = (errno.ENOENT, errno.ESRCH)
 
 
+def _open_netlink() -> socket.socket:
+    return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, netlink.NETLINK_SOCK_DIAG)
+
+
 class Collector:
     """``scan(ports)`` returns TCP sockets; ``name`` says which collector produced them.
 
@@ -28,16 +32,23 @@ class Collector:
     locked-down container, EPROTONOSUPPORT without inet_diag, ...). With ``namespaces="all"``
     every network namespace that has a process is dumped, each record carrying its namespace
     inode; a namespace the agent may not enter is read from ``/proc/<pid>/net/tcp`` instead.
+
+    Each namespace keeps its netlink socket and a ``netlink.DumpCache``, so a socket whose
+    state and inode did not change comes back as the same record, its tcp_info numbers updated
+    in place. ``netlink_dump`` replaces that dump (tests): called as ``(ports)`` for the agent's
+    own namespace and ``(ports, sock=...)`` for the others. ``open_in`` and ``open_own`` open
+    the netlink sockets (another namespace's, the agent's own).
     """
 
     def __init__(
         self,
         mode: str = "auto",
         proc_root: str = "/proc",
-        netlink_dump: Callable[..., list[SocketRecord]] = netlink.dump,
+        netlink_dump: Callable[..., list[SocketRecord]] | None = None,
         namespaces: str = "own",
         table: netns.NamespaceTable | None = None,
         open_in: Callable[[str], socket.socket] = netns.open_netlink_in,
+        open_own: Callable[[], socket.socket] = _open_netlink,
     ) -> None:
         if mode not in COLLECTORS:
             raise ValueError(f"collector must be one of {COLLECTORS}, not {mode!r}")
@@ -50,7 +61,10 @@ class Collector:
         self.fallback_reason: str | None = None
         self.table = table or (netns.NamespaceTable(proc_root) if namespaces == "all" else None)
         self._open_in = open_in
+        self._open_own = open_own
+        self._own_sock: socket.socket | None = None
         self._socks: dict[int, socket.socket] = {}
+        self._caches: dict[int, netlink.DumpCache] = {}
         self._proc_only: dict[int, str] = {}  # namespace -> why netlink cannot be used there
         self.namespaces_scanned = 1
         self.errors: Counter[str] = Counter()  # reason -> count, since start
@@ -58,38 +72,60 @@ class Collector:
     def scan(self, ports: Iterable[int] | None = None) -> list[SocketRecord]:
         port_list = sorted(set(ports)) if ports else None
         if self.table is None:
-            return self._scan_own(port_list)
+            return self._scan_own(port_list, 0)
         spaces = self.table.refresh()
         own = self.table.own
-        out = self._scan_own(port_list) if own is None or own not in spaces else []
+        out = self._scan_own(port_list, 0) if own is None or own not in spaces else []
         for ns, pid in spaces.items():
-            recs = self._scan_own(port_list) if ns == own else self._scan_other(ns, pid, port_list)
-            for r in recs:
-                r.netns = ns
-            out.extend(recs)
+            if ns == own:
+                out.extend(self._scan_own(port_list, ns))
+            else:
+                out.extend(self._scan_other(ns, pid, port_list))
         for ns in [n for n in self._socks if n not in spaces]:
             self._socks.pop(ns).close()  # the namespace is gone; do not keep it alive
         for ns in [n for n in self._proc_only if n not in spaces]:
             del self._proc_only[ns]
+        for ns in [n for n in self._caches if n and n not in spaces]:
+            del self._caches[ns]
         self.namespaces_scanned = len(spaces)
         return out
 
     def close(self) -> None:
+        if self._own_sock is not None:
+            self._own_sock.close()
+            self._own_sock = None
         for s in self._socks.values():
             s.close()
         self._socks.clear()
+        self._caches.clear()
 
-    def _scan_own(self, ports: list[int] | None) -> list[SocketRecord]:
+    def _cache(self, ns: int) -> netlink.DumpCache:
+        cache = self._caches.get(ns)
+        if cache is None:
+            cache = self._caches[ns] = netlink.DumpCache()
+        return cache
+
+    def _scan_own(self, ports: list[int] | None, ns: int) -> list[SocketRecord]:
         if self.name == "netlink":
             try:
-                return self._netlink_dump(ports)
-            except OSError as exc:
-                if self.mode == "netlink":
+                if self._netlink_dump is not None:
+                    return _tag(self._netlink_dump(ports), ns)
+                if self._own_sock is None:
+                    self._own_sock = self._open_own()
+                return netlink.dump(ports, sock=self._own_sock, netns=ns, cache=self._cache(ns))
+            except Exception as exc:
+                # A dump that failed half-way may leave replies queued: start afresh.
+                self._caches.pop(ns, None)
+                if self._own_sock is not None:
+                    self._own_sock.close()
+                    self._own_sock = None
+                if self.mode == "netlink" or not isinstance(exc, OSError):
                     raise
                 self.name = "proc"
                 self.fallback_reason = f"{type(exc).__name__}: {exc}"
+                self.close()
                 log.warning("netlink sock_diag unavailable (%s); using /proc/net/tcp", exc)
-        return procnet.read_sockets(self.proc_root, ports)
+        return _tag(procnet.read_sockets(self.proc_root, ports), ns)
 
     def _scan_other(self, ns: int, pid: int, ports: list[int] | None) -> list[SocketRecord]:
         if self.name == "netlink" and ns not in self._proc_only:
@@ -97,11 +133,17 @@ class Collector:
             try:
                 if sock is None:
                     sock = self._socks[ns] = self._open_in(f"{self.proc_root}/{pid}/ns/net")
-                return self._netlink_dump(ports, sock=sock)
-            except OSError as exc:
+                if self._netlink_dump is not None:
+                    return _tag(self._netlink_dump(ports, sock=sock), ns)
+                return netlink.dump(ports, sock=sock, netns=ns, cache=self._cache(ns))
+            except Exception as exc:
+                self._caches.pop(ns, None)
                 if sock is not None:
                     self._socks.pop(ns, None)
                     sock.close()
+                if not isinstance(exc, OSError):
+                    raise
+                if sock is not None:
                     self.errors["dump"] += 1
                 elif exc.errno in _GONE:
                     return []
@@ -115,8 +157,16 @@ class Collector:
                         ns, pid, exc, pid,
                     )  # fmt: skip
         try:
-            return procnet.read_sockets(f"{self.proc_root}/{pid}", ports)
+            return _tag(procnet.read_sockets(f"{self.proc_root}/{pid}", ports), ns)
         except OSError as exc:
             if exc.errno not in _GONE:
                 self.errors["proc"] += 1
             return []
+
+
+def _tag(records: list[SocketRecord], ns: int) -> list[SocketRecord]:
+    """Give records the namespace they were read in (0: the agent's own, in ``own`` mode)."""
+    if ns:
+        for r in records:
+            r.netns = ns
+    return records

@@ -41,12 +41,14 @@ _NLA = struct.Struct("=HH")  # rtattr: len, type
 _REQ = struct.Struct("=BBBBI48x")  # inet_diag_req_v2 with an all-zero inet_diag_sockid
 _REQ_V1 = struct.Struct("=BBBB48xII")  # inet_diag_req: family, lens, ext, sockid, states, dbs
 _BC_OP = struct.Struct("=BBH")  # inet_diag_bc_op: code, yes, no
-# nlmsghdr (len, type) + inet_diag_msg (family, state, sport, dport, src, dst, uid, inode).
-_MSG = struct.Struct("=IH10xBB2xHH16s16s4x8x4x4x4xII")
+# nlmsghdr (len, type) + inet_diag_msg (family, state, sport, dport, src, dst, cookie, uid,
+# inode). The cookie names one socket for as long as it exists (TIME_WAIT included).
+_MSG = struct.Struct("=IH10xBB2xHH16s16s4xQ12xII")
 _MSG_SIZE = _MSG.size  # 16 + 72
 # tcp_info: state@0, last_data_sent@44, last_data_recv@52, last_ack_recv@56, rtt@68,
 # bytes_acked@120, bytes_received@128. Kernels before 4.1 lack the byte counters (shorter).
 _TCPI_FULL = struct.Struct("=B43xI4xII8xI48xQQ")
+_TCPI_FIELDS = "44xI4xII8xI48xQQ"  # the same numbers, tcpi_state skipped
 _TCPI_SHORT = struct.Struct("=B43xI4xII8xI")
 _ERRNO = struct.Struct("=i")
 _SWAP = sys.byteorder == "little"  # ports are big-endian in inet_diag_sockid
@@ -143,11 +145,49 @@ def _find_info(data: bytes | memoryview, off: int, mlen: int) -> tuple[int, int]
     return 0, 0
 
 
-def parse_into(data: bytes | memoryview, out: list[SocketRecord]) -> bool:
+class DumpCache:
+    """One network namespace's sockets from its last dump, by socket cookie.
+
+    A socket whose state and inode are unchanged keeps its ``SocketRecord``: the next dump
+    only writes the new tcp_info numbers into it, so a steady scan creates no objects. Callers
+    that hold records between scans (the lifecycle) therefore see those numbers change in place.
+    """
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: dict[int, SocketRecord] = {}
+
+
+_NO_RECORDS: dict[int, SocketRecord] = {}
+# Offset of INET_DIAG_INFO in a message -> one struct for the message's length, type, family,
+# state, cookie and inode, the attribute's header and the tcp_info numbers.
+_layouts: dict[int, struct.Struct] = {}
+
+
+def _layout(rel: int) -> struct.Struct:
+    lay = _layouts.get(rel)
+    if lay is None:
+        lay = _layouts[rel] = struct.Struct(f"=IH10xBB42xQ16xI{rel - _MSG_SIZE}xHH{_TCPI_FIELDS}")
+    return lay
+
+
+def parse_into(
+    data: bytes | memoryview,
+    out: list[SocketRecord],
+    netns: int = 0,
+    cache: DumpCache | None = None,
+    seen: dict[int, SocketRecord] | None = None,
+) -> bool:
     """Append the sockets in one netlink read to ``out``; True once NLMSG_DONE is seen.
 
-    Raises NetlinkError for an NLMSG_ERROR reply. This is the agent's hot loop: one
-    ``unpack_from`` for header and message, one for tcp_info, cached address strings.
+    Records get ``netns``. With ``cache``, a socket found there with the same state and inode
+    is taken out of it and updated in place; ``seen`` receives every socket by cookie (the
+    cache for the next dump). Raises NetlinkError for an NLMSG_ERROR reply.
+
+    This is the agent's hot loop. A message laid out like the previous one with tcp_info (the
+    usual case: every established socket of a family looks alike) is read with one
+    ``unpack_from``; a known socket then costs a dict lookup and seven attribute writes.
     """
     end = len(data)
     off = 0
@@ -160,9 +200,41 @@ def parse_into(data: bytes | memoryview, out: list[SocketRecord]) -> bool:
     info_at = _info_at
     append = out.append
     swap = _SWAP
+    take = (cache.records if cache is not None else _NO_RECORDS).pop
+    keep = seen.__setitem__ if seen is not None else None
+    # The layout of the last message with full tcp_info: length, type, family, its struct.
+    lay_len = lay_type = lay_fam = lay_alen = -1
+    lay_size = end + 1
+    lay_unpack = None
     while off + 16 <= end:
+        if off + lay_size <= end:
+            (mlen, mtype, fam, state, cookie, inode, alen, atype,
+             snd, rcv, ack, rtt, acked, received) = lay_unpack(data, off)  # fmt: skip
+            if (
+                mlen == lay_len
+                and mtype == lay_type
+                and fam == lay_fam
+                and atype == INET_DIAG_INFO
+                and alen == lay_alen
+            ):
+                rec = take(cookie, None)
+                if rec is not None and rec.state == state and rec.inode == inode:
+                    rec.idle_ms = snd if snd < rcv else rcv
+                    rec.last_send_ms = snd
+                    rec.last_recv_ms = rcv
+                    rec.bytes_acked = acked
+                    rec.bytes_received = received
+                    rec.rtt_us = rtt
+                    rec.last_ack_recv_ms = ack
+                    if keep is not None:
+                        keep(cookie, rec)
+                    append(rec)
+                    off += (mlen + 3) & ~3
+                    continue
         if off + _MSG_SIZE <= end:
-            mlen, mtype, fam, state, sport, dport, src, dst, uid, inode = unpack_msg(data, off)
+            mlen, mtype, fam, state, sport, dport, src, dst, cookie, uid, inode = unpack_msg(
+                data, off
+            )
         else:
             mlen, mtype = _NLMSGHDR.unpack_from(data, off)[:2]
         if (mtype != SOCK_DIAG_BY_FAMILY and mtype != TCPDIAG_GETSOCK) or mlen < _MSG_SIZE:
@@ -178,48 +250,78 @@ def parse_into(data: bytes | memoryview, out: list[SocketRecord]) -> bool:
         if swap:
             sport = ((sport & 0xFF) << 8) | (sport >> 8)
             dport = ((dport & 0xFF) << 8) | (dport >> 8)
-        cache = caches[fam]
-        s_txt = cache.get(src) or _addr(fam, src)
-        d_txt = cache.get(dst) or _addr(fam, dst)
+        rec = take(cookie, None)
+        if rec is not None and (rec.state != state or rec.inode != inode):
+            rec = None
+        at = size = 0
         if mlen >= min_info_len:  # shorter ones (TIME_WAIT, SYN_RECV) cannot hold tcp_info
             key = (fam, mlen)
             rel = info_at.get(key)
-            if rel is not None and unpack_nla(data, off + rel)[1] == INET_DIAG_INFO:
-                at, size = off + rel + 4, unpack_nla(data, off + rel)[0] - 4
-            else:
+            if rel is not None:
+                alen, atype = unpack_nla(data, off + rel)
+                if atype == INET_DIAG_INFO:
+                    at, size = off + rel + 4, alen - 4
+            if not at:
                 at, size = _find_info(data, off, mlen)
                 if at:
-                    info_at[key] = at - 4 - off
+                    rel = info_at[key] = at - 4 - off
             if size >= full_size:
                 _, snd, rcv, ack, rtt, acked, received = full.unpack_from(data, at)
+                if off + mlen <= end:
+                    lay = _layout(rel)
+                    lay_unpack, lay_size = lay.unpack_from, lay.size
+                    lay_len, lay_type, lay_fam, lay_alen = mlen, mtype, fam, size + 4
             elif size >= short_size:
                 _, snd, rcv, ack, rtt = short.unpack_from(data, at)
                 acked = received = None
             else:
                 at = 0
-            if at:
-                append(
-                    SocketRecord(
-                        fam,
-                        state,
-                        s_txt,
-                        sport,
-                        d_txt,
-                        dport,
-                        inode,
-                        uid,
-                        snd if snd < rcv else rcv,
-                        snd,
-                        rcv,
-                        acked,
-                        received,
-                        rtt,
-                        ack,
-                    )  # fmt: skip
-                )
-                off += (mlen + 3) & ~3
-                continue
-        append(SocketRecord(fam, state, s_txt, sport, d_txt, dport, inode, uid))
+        if at:
+            if rec is None:
+                cache_a = caches[fam]
+                rec = SocketRecord(
+                    fam,
+                    state,
+                    cache_a.get(src) or _addr(fam, src),
+                    sport,
+                    cache_a.get(dst) or _addr(fam, dst),
+                    dport,
+                    inode,
+                    uid,
+                    snd if snd < rcv else rcv,
+                    snd,
+                    rcv,
+                    acked,
+                    received,
+                    rtt,
+                    ack,
+                    netns,
+                )  # fmt: skip
+            else:
+                rec.idle_ms = snd if snd < rcv else rcv
+                rec.last_send_ms = snd
+                rec.last_recv_ms = rcv
+                rec.bytes_acked = acked
+                rec.bytes_received = received
+                rec.rtt_us = rtt
+                rec.last_ack_recv_ms = ack
+        elif rec is None or rec.idle_ms is not None:
+            # No tcp_info this time: a record that had some is not reused.
+            cache_a = caches[fam]
+            rec = SocketRecord(
+                fam,
+                state,
+                cache_a.get(src) or _addr(fam, src),
+                sport,
+                cache_a.get(dst) or _addr(fam, dst),
+                dport,
+                inode,
+                uid,
+                netns=netns,
+            )
+        if keep is not None:
+            keep(cookie, rec)
+        append(rec)
         off += (mlen + 3) & ~3
     return False
 
@@ -258,30 +360,41 @@ def dump(
     families: tuple[int, ...] = _BOTH,
     capture: list[bytes] | None = None,
     sock: socket.socket | None = None,
+    netns: int = 0,
+    cache: DumpCache | None = None,
 ) -> list[SocketRecord]:
     """Dump TCP sockets (optionally only those with a port in ``ports``) from the kernel.
 
     ``sock``: a NETLINK_SOCK_DIAG socket to ask through (it decides the network namespace);
-    by default a new one in the caller's namespace. ``capture`` receives a copy of every read,
-    for fixture files. Raises OSError (EPERM, EPROTONOSUPPORT, ...) when sock_diag is
-    unavailable; a given socket is then in an unknown state and should be closed.
+    by default a new one in the caller's namespace. ``netns`` is written into the records.
+    ``cache``: the previous dump of the same namespace, whose unchanged sockets' records are
+    reused (see ``DumpCache``); it holds this dump's sockets afterwards. ``capture`` receives a
+    copy of every read, for fixture files. Raises OSError (EPERM, EPROTONOSUPPORT, ...) when
+    sock_diag is unavailable; a given socket is then in an unknown state and should be closed.
     """
     global _one_walk
     if sock is None:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
-            return dump(ports, families, capture, s)
+            return dump(ports, families, capture, s, netns, cache)
     port_list = sorted(set(ports)) if ports else None
     if _one_walk and set(families) == set(_BOTH):
         try:
-            return _run(sock, [build_request_all(port_list)], capture)
+            return _run(sock, [build_request_all(port_list)], capture, netns, cache)
         except NetlinkError:  # no compatibility request in this kernel: per family
             _one_walk = False
     reqs = [build_request(f, port_list, seq) for seq, f in enumerate(families, 1)]
-    return _run(sock, reqs, capture)
+    return _run(sock, reqs, capture, netns, cache)
 
 
-def _run(sock: socket.socket, requests: list[bytes], capture: list[bytes] | None) -> list:
+def _run(
+    sock: socket.socket,
+    requests: list[bytes],
+    capture: list[bytes] | None,
+    netns: int,
+    cache: DumpCache | None,
+) -> list[SocketRecord]:
     out: list[SocketRecord] = []
+    seen: dict[int, SocketRecord] | None = {} if cache is not None else None
     buf = bytearray(1 << 16)
     view = memoryview(buf)
     for req in requests:
@@ -290,6 +403,8 @@ def _run(sock: socket.socket, requests: list[bytes], capture: list[bytes] | None
             n = sock.recv_into(buf)
             if capture is not None:
                 capture.append(bytes(view[:n]))
-            if parse_into(view[:n], out):
+            if parse_into(view[:n], out, netns, cache, seen):
                 break
+    if cache is not None and seen is not None:
+        cache.records = seen
     return out

@@ -101,24 +101,33 @@ class NamespaceTable:
         self.own = read_ns(proc_root, "self")
         self._pid_ns: dict[int, int] = {}
         self._checked_at = clock()
+        # The last /proc listing and its answer, returned again while the listing is the same.
+        self._names: list[str] = []
+        self._spaces: dict[int, int] = {}
         # Processes whose namespace could not be read (another user's, without CAP_SYS_PTRACE):
         # their sockets are invisible unless they share a namespace with a readable one.
         self.unreadable = 0
 
     def refresh(self) -> dict[int, int]:
-        """Namespace inode -> a pid in it (the lowest), for every namespace with a process."""
+        """Namespace inode -> a pid in it (the lowest), for every namespace with a process.
+
+        The same dict as last time when the process list is unchanged, every namespace was
+        readable and no recheck is due; callers must not modify it.
+        """
         try:
-            pids = [int(n) for n in os.listdir(self.proc_root) if n.isdigit()]
+            names = os.listdir(self.proc_root)
         except OSError:
-            pids = []
+            names = []
         now = self.clock()
         recheck = now - self._checked_at >= self.recheck_s
         if recheck:
             self._checked_at = now
+        elif names == self._names and not self.unreadable:
+            return self._spaces
         known = self._pid_ns
         fresh: dict[int, int] = {}
         unreadable = 0
-        for pid in pids:
+        for pid in [int(n) for n in names if n.isdigit()]:
             ns = known.get(pid)
             if ns is None or recheck:
                 ns = read_ns(self.proc_root, pid)
@@ -131,4 +140,5 @@ class NamespaceTable:
         out: dict[int, int] = {}
         for pid in sorted(fresh):
             out.setdefault(fresh[pid], pid)
+        self._names, self._spaces = names, out
         return out

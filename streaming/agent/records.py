@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Linux TCP state numbers used by the agent (include/net/tcp_states.h).
 ESTABLISHED = 1
@@ -21,7 +21,10 @@ NEW_SYN_RECV = 12
 
 @dataclass(slots=True)
 class SocketRecord:
-    """One TCP socket as the kernel reports it. Times in ms, None when the collector lacks them."""
+    """One TCP socket as the kernel reports it. Times in ms, None when the collector lacks them.
+
+    ``key`` is computed once: set ``netns`` before reading it.
+    """
 
     family: int
     state: int
@@ -43,11 +46,17 @@ class SocketRecord:
     # Network namespace inode (0: the agent's own, when it scans only that one). Two pods may
     # hold sockets with the same 4-tuple; the namespace keeps them apart.
     netns: int = 0
+    _key: tuple[int, str, int, str, int] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def key(self) -> tuple[int, str, int, str, int]:
         """What identifies a socket between scans: namespace and 4-tuple."""
-        return (self.netns, self.src, self.sport, self.dst, self.dport)
+        k = self._key
+        if k is None:
+            k = self._key = (self.netns, self.src, self.sport, self.dst, self.dport)
+        return k
 
     @property
     def conn(self) -> str:

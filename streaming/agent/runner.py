@@ -4,6 +4,7 @@ constructor (collector, process table, metadata, sink, clock) so tests can repla
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections import Counter
@@ -16,11 +17,17 @@ from streaming.agent.apps import AppNamer
 from streaming.agent.collector import Collector
 from streaming.agent.config import AgentConfig
 from streaming.agent.events import EventFactory, make_agent_id
-from streaming.agent.kafka_meta import ClusterEndpoints, MetadataRefresher, classify
+from streaming.agent.kafka_meta import (
+    ClusterEndpoints,
+    EndpointMap,
+    MetadataRefresher,
+    classify,
+)
 from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.pods import PodDirectory
 from streaming.agent.procs import ProcessTable
+from streaming.agent.records import SocketRecord
 from streaming.schema.events import TCP_STATES
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,14 @@ class Agent:
         self.last_socket_count = 0
         self.stop_event = threading.Event()
         self._last_map = None
+        # The last scan's records, unchanged pairs and counts, when it found nothing new.
+        self._steady: tuple[list, list, dict] | None = None
+
+    def _sink_busy(self) -> bool:
+        """Whether the sink still has events to hand over or delivery reports to serve (a sink
+        without ``busy()`` always does)."""
+        busy = getattr(self.sink, "busy", None)
+        return True if busy is None else bool(busy())
 
     def _emit(self, fields: dict, at: float) -> None:
         self.sink.send(self.events.make(fields, at))
@@ -90,30 +105,24 @@ class Agent:
         now = self.clock()
         em = self.refresher.current()
         records = self.collector.scan(em.ports() or None)
-        tracked = self.lifecycles.sockets
         same_map = em is self._last_map
         self._last_map = em
+        steady = self._steady
+        if (
+            same_map
+            and steady is not None
+            and len(records) == len(steady[0])
+            and all(map(operator.is_, records, steady[0]))
+        ):
+            # The collector handed back the very records of the last scan, in the same order,
+            # and that scan found nothing new: nothing but tcp_info numbers changed (a changed
+            # state or inode comes as a new record), so its split holds again.
+            _, unchanged, counts = steady
+            fresh: list = []
+        else:
+            unchanged, fresh, counts = self._split(records, em, same_map)
+        self._steady = (records, unchanged, counts) if same_map and not fresh else None
         observations: list = []
-        unchanged: list = []
-        fresh: list = []
-        counts: Counter = Counter()
-        for rec in records:
-            t = tracked.get(rec.key)
-            # Fast path: a known, attributed socket whose inode and state did not change keeps
-            # its meaning; only its tcp_info numbers are new.
-            if (
-                same_map
-                and t is not None
-                and t.rec.inode == rec.inode
-                and t.rec.state == rec.state
-                and (t.meta.pid is not None or not rec.inode)
-            ):
-                unchanged.append((t, rec))
-                counts[(TCP_STATES.get(rec.state, "CLOSE"), t.meta.side)] += 1
-                continue
-            c = classify(rec, em)
-            if c is not None:
-                fresh.append((rec, c))
         owners = self.procs.lookup({rec.inode for rec, _ in fresh}) if fresh else {}
         for rec, c in fresh:
             info = owners.get(rec.inode)
@@ -133,7 +142,8 @@ class Agent:
                 namespace=info.pod.namespace if info and info.pod else None,
             )
             observations.append((rec, meta))
-            counts[(TCP_STATES.get(rec.state, "CLOSE"), c.side)] += 1
+            ck = (rec.state, c.side)
+            counts[ck] = counts.get(ck, 0) + 1
         emitted = 0
         for fields in self.lifecycles.update(now, observations, unchanged):
             self._emit(fields, now)
@@ -144,7 +154,10 @@ class Agent:
         if force_summary or due:
             emitted += self.summarize(now)
         self.metrics.scan_duration.observe(time.perf_counter() - t0)
-        self.metrics.set_sockets(counts)
+        by_name: Counter = Counter()
+        for (state, side), n in counts.items():
+            by_name[(TCP_STATES.get(state, "CLOSE"), side)] += n
+        self.metrics.set_sockets(by_name)
         self.metrics.set_collector(self.collector.name)
         table = self.collector.table
         self.metrics.set_namespaces(
@@ -155,6 +168,35 @@ class Agent:
         self.metrics.last_scan.set(now)
         self.sink.pump()
         return emitted
+
+    def _split(
+        self, records: list[SocketRecord], em: EndpointMap, same_map: bool
+    ) -> tuple[list, list, dict[tuple[int, str], int]]:
+        """Known sockets that only have new numbers (with their lifecycle entry), the Kafka
+        sockets to attribute, and the known ones counted by (state, side)."""
+        tracked = self.lifecycles.sockets
+        unchanged: list = []
+        keep = unchanged.append
+        fresh: list = []
+        counts: dict[tuple[int, str], int] = {}
+        count = counts.get
+        for rec in records:
+            t = tracked.get(rec.key) if same_map else None
+            # Fast path: a known, attributed socket whose inode and state did not change keeps
+            # its meaning; only its tcp_info numbers are new. The collector hands such a socket
+            # back as the very record the lifecycle holds.
+            if t is not None:
+                last, meta = t.rec, t.meta
+                same = last is rec or (last.inode == rec.inode and last.state == rec.state)
+                if same and (meta.pid is not None or not rec.inode):
+                    keep((t, rec))
+                    ck = (rec.state, meta.side)
+                    counts[ck] = count(ck, 0) + 1
+                    continue
+            c = classify(rec, em)
+            if c is not None:
+                fresh.append((rec, c))
+        return unchanged, fresh, counts
 
     def summarize(self, now: float) -> int:
         """Summaries for every group plus the heartbeat."""
@@ -195,13 +237,14 @@ class Agent:
                 if max_scans is not None and scans >= max_scans:
                     break
                 next_at += self.cfg.scan_interval_s
-                # Serve delivery reports while waiting for the next scan.
+                # Serve delivery reports while waiting for the next scan; a sink that says it
+                # has nothing left to deliver is not woken until then.
                 while not self.stop_event.is_set():
                     left = next_at - time.monotonic()
                     if left <= 0:
                         break
                     self.sink.pump()
-                    self.stop_event.wait(min(left, 0.2))
+                    self.stop_event.wait(min(left, 0.2) if self._sink_busy() else left)
                 if time.monotonic() - next_at > self.cfg.scan_interval_s:
                     next_at = time.monotonic()  # fell behind: do not burst
         finally:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from streaming.agent import netns
 from streaming.agent.collector import Collector
 from streaming.agent.netns import NamespaceTable, parse_ns_link
 from streaming.agent.records import CLOSE_WAIT, ESTABLISHED, SocketRecord
@@ -73,6 +74,25 @@ def test_a_gone_pid_takes_its_namespace_along(tmp_path) -> None:
     (root / "8" / "ns").rmdir()
     (root / "8").rmdir()
     assert table.refresh() == {100: 1}
+
+
+def test_namespace_links_are_read_again_only_when_the_process_list_changes(
+    tmp_path, monkeypatch
+) -> None:
+    root = _proc(tmp_path, {1: 100, 7: 200}, own_pid=1)
+    table = NamespaceTable(str(root))
+    assert table.refresh() == {100: 1, 200: 7}
+    reads: list[int] = []
+    real = netns.read_ns
+    monkeypatch.setattr(netns, "read_ns", lambda r, pid: reads.append(pid) or real(r, pid))
+    assert table.refresh() == {100: 1, 200: 7} and reads == []
+    _proc(root, {9: 300}, own_pid=1)
+    assert table.refresh() == {100: 1, 200: 7, 300: 9} and reads == [9]
+    (root / "12").mkdir()  # not readable: tried again on every refresh
+    reads.clear()
+    table.refresh()
+    table.refresh()
+    assert reads == [12, 12] and table.unreadable == 1
 
 
 class FakeSock:
