@@ -1,10 +1,10 @@
 """A local KRaft Kafka cluster (1 or 3 combined broker+controller nodes) on 127.0.0.1.
 
-Each node gets its own ports (picked by the kernel, so parallel runs do not collide), data dir,
-log4j2 config and ``server.properties``; broker settings can be overridden per run and are
-checked against the broker's own list of configuration names first, so a typo fails at once
-with its name. ``start()`` returns when the cluster answers metadata with every broker;
-``stop()`` leaves no process and no data behind.
+Each node gets its own ports (below the ephemeral range, chosen again if taken before a node
+binds them), data dir, log4j2 config and ``server.properties``; broker settings can be
+overridden per run and are checked against the broker's own list of configuration names
+first, so a typo fails at once with its name. ``start()`` returns when the cluster answers
+metadata with every broker; ``stop()`` leaves no process and no data behind.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,8 @@ from typing import Any
 
 from streaming.stack import artifacts
 from streaming.stack.ports import free_port, port_in_use
+
+log = logging.getLogger(__name__)
 
 JVM_OPTS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 
@@ -53,6 +56,10 @@ logger.state.level = WARN
 
 class KafkaStackError(RuntimeError):
     """The cluster could not start or was misconfigured; the message names the cause."""
+
+
+class PortTakenError(KafkaStackError):
+    """A node could not bind its port: something else took it."""
 
 
 @dataclass
@@ -147,24 +154,39 @@ class KafkaCluster:
                 raise KafkaStackError(f"broker port {p} is already in use on 127.0.0.1")
         if self.base_dir is None:
             self.base_dir = tempfile.mkdtemp(prefix=f"{self.name}-kafka-")
+        # Ports chosen here can still be taken by another listener before a node binds them:
+        # then choose again, a few times. Ports the caller asked for are not changed.
+        attempts = 1 if wanted else 3
+        for attempt in range(1, attempts + 1):
+            self._plan(wanted)
+            try:
+                for n in self.nodes:
+                    self._write_config(n)
+                    self._format(n)
+                for n in self.nodes:
+                    self._launch(n)
+                self.wait_ready(timeout_s)
+                return self
+            except PortTakenError:
+                self.stop()
+                if attempt == attempts:
+                    raise
+                log.warning("a Kafka port was taken during start; choosing new ports")
+            except BaseException:
+                self.stop()
+                raise
+        return self
+
+    def _plan(self, wanted: list[int]) -> None:
+        """Fresh node directories, ports and cluster id."""
         self.cluster_id = _cluster_id()
         self.nodes = []
         for i in range(self.brokers):
             port = wanted[i] if i < len(wanted) else free_port()
-            d = Path(self.base_dir) / f"node-{i + 1}"
+            d = Path(str(self.base_dir)) / f"node-{i + 1}"
+            shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True, exist_ok=True)
             self.nodes.append(KafkaNode(i + 1, port, free_port(), str(d), host=self.host))
-        try:
-            for n in self.nodes:
-                self._write_config(n)
-                self._format(n)
-            for n in self.nodes:
-                self._launch(n)
-            self.wait_ready(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _properties(self, n: KafkaNode) -> dict[str, str]:
         voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes)
@@ -251,7 +273,9 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             for n in self.nodes:
                 if n.node_id in want and not _alive(n.pid):
-                    raise KafkaStackError(self._death_reason(n))
+                    reason = self._death_reason(n)
+                    taken = reason.endswith("is already in use")
+                    raise (PortTakenError if taken else KafkaStackError)(reason)
             try:
                 md = admin.list_topics(timeout=2)
                 seen = set(md.brokers)

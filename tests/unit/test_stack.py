@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from streaming.errors import ConfigError
 from streaming.options import parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.kafka import KafkaCluster, KafkaStackError
-from streaming.stack.ports import free_port, port_in_use
+from streaming.stack.ports import ephemeral_range, free_port, listen_range, port_in_use
 from streaming.stack.prometheus import render_config
 
 
@@ -79,6 +80,32 @@ def test_connector_version_matches_pyspark_pin():
 def test_port_helpers():
     port = free_port()
     assert not port_in_use(port)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        assert port_in_use(port)
+
+
+def test_free_ports_are_outside_the_ephemeral_range_and_never_repeat():
+    first, last = ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert not any(first <= p <= last for p in ports)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("32768\t60999\n", (10000, 32767)),
+        ("1024 60999", (61000, 65535)),  # no room below: above
+        ("1024 65000", (1024, 65000)),  # no room outside: inside
+        ("garbage", (10000, 32767)),  # unreadable: Linux's default range
+    ],
+)
+def test_listen_range(tmp_path, text, expected):
+    f = tmp_path / "range"
+    f.write_text(text)
+    assert listen_range(str(f)) == expected
 
 
 def test_cli_help_lists_stack():
