@@ -42,6 +42,12 @@ panels = [
         "Every finding the job reports as firing: kind, severity and the client x broker pair.",
         f"connmon_finding_active{{{F}}}",
     ),
+    gf.table(
+        "Client libraries",
+        "Client x broker pairs by the Kafka client library and version the agent identified "
+        "in the client process (docs/client-libraries.md says how each holds connections).",
+        f"count by (client_library, client_version) (connmon_client_library_info{{{F}}})",
+    ),
     gf.timeseries(
         "Worst pairs by CLOSE_WAIT",
         "Top 10 client x broker pairs by CLOSE_WAIT sockets. Lines: warning and critical "

@@ -10,10 +10,11 @@ from streaming.exporter.store import ROLES, Snapshot, Store
 from streaming.metricnames import metric
 from streaming.metricnames.connmon import AGGREGATE_METRICS, JOB_METRICS, JOB_PRODUCE_ERRORS
 
+LIBRARY_INFO = "connmon_client_library_info"
 SIMPLE_AGGREGATES = tuple(
     m.name
     for m in AGGREGATE_METRICS
-    if m.name not in ("connmon_sockets", "connmon_connection_closes_per_second")
+    if m.name not in ("connmon_sockets", "connmon_connection_closes_per_second", LIBRARY_INFO)
 )
 
 
@@ -39,6 +40,7 @@ class ConnmonCollector:
         sockets = _family("connmon_sockets")
         closes = _family("connmon_connection_closes_per_second")
         simple = {name: _family(name) for name in SIMPLE_AGGREGATES}
+        library = _family(LIBRARY_INFO)
         for agg in snap.aggregates:
             labels = list(agg.labels)
             for state, count in agg.sockets.items():
@@ -47,9 +49,12 @@ class ConnmonCollector:
                 closes.add_metric([*labels, by], rate)
             for name, value in agg.gauges.items():
                 simple[name].add_metric(labels, value)
+            if agg.library is not None:
+                library.add_metric([*labels, *agg.library], 1.0)
         yield sockets
         yield closes
         yield from simple.values()
+        yield library
 
         active = _family("connmon_finding_active")
         for f in snap.findings:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from streaming.exporter.labels import broker_label, clean, peer_label
+from streaming.schema.clients import UNKNOWN_LIBRARY, library_label, version_label
 
 SUPPORTED_SCHEMA = 1
 SIDES = ("client", "broker")
@@ -51,6 +52,8 @@ class Aggregate:
     # when the job could not fit one
     gauges: dict[str, float]
     closes: dict[str, float]  # closed_by -> closes per second
+    # (client_library, client_version) label values of a client-side series, when identified
+    library: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,15 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     if slope is not None:
         gauges["connmon_close_wait_slope_per_second"] = slope
     closes = {by: _nonneg(obj, f"closes_{by}") / window_s for by in ("local", "peer", "unknown")}
-    return Aggregate(labels, end, window_s, sockets, gauges, closes)
+    return Aggregate(labels, end, window_s, sockets, gauges, closes, _library(obj, labels[0]))
+
+
+def _library(obj: dict[str, Any], side: str) -> tuple[str, str] | None:
+    name = obj.get("client_library")
+    if side != "client" or not isinstance(name, str) or library_label(name) == UNKNOWN_LIBRARY:
+        return None
+    version = obj.get("client_version")
+    return library_label(name), version_label(version if isinstance(version, str) else None)
 
 
 def parse_finding(raw: bytes | str) -> Finding:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from streaming.exporter.collector import SIMPLE_AGGREGATES, self_metric_samples
+from streaming.exporter.collector import LIBRARY_INFO, SIMPLE_AGGREGATES, self_metric_samples
 from streaming.exporter.gzipjoin import Part
 from streaming.exporter.parse import Aggregate, Finding
 from streaming.exporter.store import Snapshot
@@ -21,6 +21,7 @@ from streaming.metricnames.connmon import JOB_METRICS, JOB_PRODUCE_ERRORS, SERIE
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLOSES = "connmon_connection_closes_per_second"
+_LIBRARY_LABELS = ("client_library", "client_version")
 
 
 def _escape(value: str) -> str:
@@ -110,6 +111,12 @@ class Renderer:
         for name in SIMPLE_AGGREGATES:
             out.append(_header(name))
             out += [f"{name}{{{lt}}} {a.gauges[name]!r}\n" for lt, a in rows if name in a.gauges]
+        out.append(_header(LIBRARY_INFO))
+        out += [
+            f"{LIBRARY_INFO}{{{lt},{label_text(_LIBRARY_LABELS, a.library)}}} 1.0\n"
+            for lt, a in rows
+            if a.library is not None
+        ]
         return "".join(out)
 
     def _findings(self, findings: list[Finding]) -> str:

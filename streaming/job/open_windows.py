@@ -44,6 +44,8 @@ MAX_FIELDS = (
     "last_event_s",
     "broker_id",
     "broker_endpoint",
+    "client_library",
+    "client_version",
     "summary_last_t",
     "summary_interval_s",
     "idle_at_close_max_s",
@@ -194,7 +196,12 @@ def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
 _KEY_FIELDS = ("window_start_s", *SERIES)
 # Grouping keys of a partial row besides window and series (``partial_rows.PartialRows``): a
 # batch may hold several rows of one window that differ only in these.
-_PART_FIELDS = ("broker_endpoint", flat_col("ESTABLISHED", "dup_conn"))
+_PART_FIELDS = (
+    "broker_endpoint",
+    "client_library",
+    "client_version",
+    flat_col("ESTABLISHED", "dup_conn"),
+)
 
 
 def window_key(part: Mapping[str, Any]) -> str:

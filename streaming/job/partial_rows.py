@@ -4,7 +4,8 @@ A series is ``aggregates.SERIES_FIELDS``; heartbeats carry no series and form a
 host-level group (side, app and broker null) whose counters give the host's failed connects.
 Every statistic is mergeable (``open_windows`` merges batches), and every aggregation
 buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
-(broker endpoint, the duplicate connection's 4-tuple) are grouping keys instead, and
+(broker endpoint, client library and version, the duplicate connection's 4-tuple) are
+grouping keys instead, and
 the merge folds their rows together. Rejected records form one group per reason (all other keys
 null), so one pass over the batch also counts the dead letters.
 """
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.open_windows import SERIES, SUMMARY_STATES, flat_col, state_fields
+from streaming.schema.clients import UNKNOWN_LIBRARY
 
 
 def _count(cond: Column) -> Column:
@@ -105,10 +107,14 @@ class PartialRows:
         dup_conn = F.when(
             (F.col("kind") == "summary") & (F.col("state") == "ESTABLISHED"), F.col("dup_conn")
         )
+        # "unknown" is no evidence: a window with one identified event names the library.
+        known = valid & (F.col("client_library") != F.lit(UNKNOWN_LIBRARY))
         self.keys = [
             F.when(valid, start_us / F.lit(1e6)).alias("window_start_s"),
             *[F.when(valid, broker if k == "broker" else F.col(k)).alias(k) for k in SERIES],
             F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
+            F.when(known, F.col("client_library")).alias("client_library"),
+            F.when(known, F.col("client_version")).alias("client_version"),
             F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
             F.col("reason"),
         ]

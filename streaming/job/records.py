@@ -59,6 +59,8 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         broker_id=row.get("broker_id"),
         broker_endpoint=row.get("broker_endpoint"),
         cluster=row.get("cluster"),
+        client_library=row.get("client_library"),
+        client_version=row.get("client_version"),
         window_start=iso(row["window_start_s"]),
         window_end=iso(row["window_end_s"]),
         window_s=window_s,

@@ -2,7 +2,8 @@
 health (from ``connmon.job-status``) and the exporter's own health.
 
 Labels are bounded by construction: ``broker_id`` is the broker id, or the endpoint's host when
-the id is unknown (never ``host:port``); ``peer_host`` is a client address on the broker side.
+the id is unknown (never ``host:port``); ``peer_host`` is a client address on the broker side;
+``client_library`` and ``client_version`` are a known list and a ``major.minor.patch``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ AGGREGATE_METRICS: tuple[Metric, ...] = (
     _series(
         "connmon_window_end_timestamp_seconds",
         "End of the aggregation window these values come from (Unix time).",
+    ),
+    _series(
+        "connmon_client_library_info",
+        "1 for a client-side series whose Kafka client library the agent identified: "
+        "client_library is a known name or 'other', client_version its major.minor.patch "
+        "('' when unknown). Join on the series labels to break other metrics down by library.",
+        ("client_library", "client_version"),
     ),
 )
 

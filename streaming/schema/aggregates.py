@@ -113,6 +113,9 @@ class Aggregate:
     dup_unused_processes: int = 0
     dup_used_max_idle_s: float | None = None
     dup_used_active_idle_s: float | None = None
+    # The client's library and version (client side, when the agent identified it).
+    client_library: str | None = None
+    client_version: str | None = None
 
     # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).

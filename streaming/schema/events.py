@@ -15,6 +15,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from streaming.schema.clients import CLIENT_LIBRARIES, UNKNOWN_LIBRARY
+
 SCHEMA_VERSION = 1
 # Hard limits of the contract. A record over MAX_EVENT_BYTES is rejected unread; a string field
 # over MAX_STRING_CHARS (Unicode code points) is rejected too. Agents keep within both.
@@ -135,6 +137,20 @@ FIELDS: tuple[Field, ...] = (
     Field("pod", "string", "Kubernetes pod name of the owning process.", kinds=_SOCKET_KINDS),
     Field(
         "namespace", "string", "Kubernetes namespace of the owning process.", kinds=_SOCKET_KINDS
+    ),
+    Field(
+        "client_library",
+        "string",
+        "Client side: the Kafka client library of the owning process ("
+        + ", ".join(CLIENT_LIBRARIES)
+        + f", or {UNKNOWN_LIBRARY}; a newer agent may know more); broker side: null.",
+        kinds=_SOCKET_KINDS + ("summary",),
+    ),
+    Field(
+        "client_version",
+        "string",
+        "Version of client_library as the library states it, null when not found.",
+        kinds=_SOCKET_KINDS + ("summary",),
     ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),
     Field("inode", "long", "Socket inode (0 for TIME_WAIT).", kinds=_SOCKET_KINDS),

@@ -51,6 +51,8 @@ class Finding:
     peer_host: str | None = None
     cluster: str | None = None
     updated_at: str | None = None
+    client_library: str | None = None
+    client_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -92,6 +94,8 @@ class Finding:
             broker_endpoint=agg.broker_endpoint,
             peer_host=agg.peer_host,
             cluster=agg.cluster,
+            client_library=agg.client_library,
+            client_version=agg.client_version,
         )
 
     def to_dict(self) -> dict[str, Any]:

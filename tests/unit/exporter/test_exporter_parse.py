@@ -50,6 +50,24 @@ def test_client_side_ignores_peer_host() -> None:
 
 
 @pytest.mark.parametrize(
+    ("side", "library", "version", "expected"),
+    [
+        ("client", "java", "4.3.1", ("java", "4.3.1")),
+        ("client", "sarama", "v1.43.2-rc1", ("sarama", "1.43.2")),
+        ("client", "librdkafka", None, ("librdkafka", "")),
+        ("client", "some-future-lib", "1.0", ("other", "1.0")),  # bounded: a known list
+        ("client", "kafkajs", "2.2.4; rm -rf /", ("kafkajs", "other")),
+        ("client", "unknown", None, None),  # no evidence: no info series
+        ("client", None, None, None),
+        ("broker", "java", "4.3.1", None),  # the broker's own library says nothing of clients
+    ],
+)
+def test_client_library_labels_are_bounded(side, library, version, expected) -> None:
+    raw = aggregate(side=side, client_library=library, client_version=version, peer_host="h")
+    assert parse_aggregate(raw).library == expected
+
+
+@pytest.mark.parametrize(
     ("raw", "reason"),
     [
         (b"{not json", "malformed_json"),

@@ -56,6 +56,22 @@ def test_renderer_matches_the_collector(clock) -> None:
     ) in fast
 
 
+def test_client_library_info_matches_the_collector(clock) -> None:
+    store = Store(clock=clock)
+    handle(store, "aggregates", b"a", aggregate(), "x")
+    lib = aggregate(host="lib", client_library="sarama", client_version="v1.43.2")
+    handle(store, "aggregates", b"l", lib, "x")
+    registry = CollectorRegistry()
+    registry.register(ConnmonCollector(store))
+    ref = _samples(generate_latest(registry).decode())
+    got = _samples(Renderer().render(store.snapshot()))
+    assert ref.keys() == got.keys()
+    libraries = [dict(k[1]) for k in got if k[0] == "connmon_client_library_info"]
+    assert [(x["host"], x["client_library"], x["client_version"]) for x in libraries] == [
+        ("lib", "sarama", "1.43.2")
+    ]
+
+
 def test_expired_series_leave_the_label_cache(clock) -> None:
     store = Store(clock=clock, staleness_s=10)
     r = Renderer()

@@ -171,3 +171,22 @@ def test_a_new_window_is_the_generic_merge_into_an_empty_window():
         made = new_window(p)
         assert made == empty
         assert [type(made[k]) for k in made] == [type(empty[k]) for k in made]  # 0 vs 0.0
+
+
+def test_a_window_is_named_by_the_library_its_identified_events_carry():
+    from streaming.job.records import to_aggregate
+
+    ow = OpenWindows(window_s=60, watermark_s=30)
+    rows = ow.apply(
+        [
+            part(events=3),  # unattributed sockets (TIME_WAIT) carry no library
+            part(events=2, client_library="sarama", client_version="1.43.2"),
+        ]
+    ).rows
+    agg = to_aggregate(rows[0], 60.0)
+    assert (agg.client_library, agg.client_version) == ("sarama", "1.43.2")
+    assert agg.to_dict()["client_library"] == "sarama"
+    restored = OpenWindows(window_s=60, watermark_s=30)
+    restored.load_state(json.loads(json.dumps(ow.to_state())))
+    again = restored.apply([part(events=1, last_event_s=T0 + 2)]).rows
+    assert to_aggregate(again[0], 60.0).client_library == "sarama"
