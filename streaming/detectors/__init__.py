@@ -19,6 +19,7 @@ from streaming.detectors import (
     time_wait_pileup,
 )
 from streaming.detectors.config import DetectorConfig
+from streaming.detectors.libraries import library_advice
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
@@ -61,9 +62,13 @@ def detect_all(
 ) -> dict[str, Finding]:
     """What holds for one window of one series: kind -> finding, in ``DETECTORS`` order. A
     detector returning several findings for one window keeps its last. ``history`` is the
-    series' windows before this one (the job keeps them with its checkpoint)."""
+    series' windows before this one (the job keeps them with its checkpoint). A finding about
+    a client whose library the agent identified ends with that library's advice."""
     found: dict[str, Finding] = {}
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
+            extra = library_advice(kind, f.side, f.client_library, f.client_version)
+            if extra:
+                f.recommendation = f"{f.recommendation} {extra}"
             found[kind] = f
     return found

@@ -392,6 +392,19 @@ def test_detect_all_maps_each_kind_to_its_finding():
     assert all(f.kind == kind for kind, f in found.items())
 
 
+def test_a_known_librarys_advice_ends_the_recommendation_and_is_carried():
+    fields = {"close_wait_count": 25, "close_wait_oldest_age_s": 400.0}
+    plain = detect_all(make_agg(**fields), DEFAULT)["close_wait_buildup"]
+    old = make_agg(client_library="sarama", client_version="1.40.1", **fields)
+    f = detect_all(old, DEFAULT)["close_wait_buildup"]
+    assert f.recommendation.startswith(plain.recommendation)
+    assert "1.48.0" in f.recommendation[len(plain.recommendation) :]  # the fixed release
+    assert (f.client_library, f.client_version) == ("sarama", "1.40.1")
+    assert f.to_dict()["client_library"] == "sarama"
+    unknown = make_agg(client_library="unknown", **fields)
+    assert detect_all(unknown, DEFAULT)["close_wait_buildup"].recommendation == plain.recommendation
+
+
 def test_config_replace_rejects_unknown_names():
     with pytest.raises(ValueError, match="close_wait_grace"):
         DEFAULT.replace(close_wait_grace=1)
