@@ -28,6 +28,7 @@ application answered within one scan interval (a healthy client) or a reset. Oth
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
@@ -46,6 +47,7 @@ from streaming.agent.records import (
     TIME_WAIT,
     SocketRecord,
 )
+from streaming.schema.clients import UNKNOWN_LIBRARY
 from streaming.schema.events import TCP_STATES
 
 PEER_CLOSE_STATES = frozenset({CLOSE_WAIT, LAST_ACK})
@@ -81,6 +83,8 @@ class Meta:
     container: str | None = None
     pod: str | None = None
     namespace: str | None = None
+    client_library: str | None = None  # client side only
+    client_version: str | None = None
 
     @property
     def broker(self) -> str:
@@ -353,6 +357,8 @@ class SocketLifecycles:
             "container": m.container,
             "pod": m.pod,
             "namespace": m.namespace,
+            "client_library": m.client_library,
+            "client_version": m.client_version,
             "conn": r.conn,
             "inode": r.inode,
             "state": TCP_STATES.get(r.state, "CLOSE"),
@@ -425,6 +431,7 @@ class SocketLifecycles:
                     used_idle, used_active = idle, active
             unused += any_unused
         idles = [t.idle_s for t in members if t.idle_s is not None]
+        library, version = _library_of(members)
         return {
             "kind": "summary",
             "cluster": cluster,
@@ -446,4 +453,20 @@ class SocketLifecycles:
             "dup_used_max_idle_s": _r(used_idle),
             "dup_used_active_idle_s": _r(used_active),
             "interval_s": interval_s,
+            "client_library": library,
+            "client_version": version,
         }
+
+
+def _library_of(members: list[Tracked]) -> tuple[str | None, str | None]:
+    """The client library and version most of a group's sockets belong to (identified ones
+    first: a group mixing an unidentified process with a known one is named by the known)."""
+    votes = Counter(
+        (t.meta.client_library, t.meta.client_version)
+        for t in members
+        if t.meta.client_library is not None
+    )
+    if not votes:
+        return None, None
+    best = max(votes.items(), key=lambda kv: (kv[0][0] != UNKNOWN_LIBRARY, kv[1], kv[0][1] or ""))
+    return best[0]

@@ -23,10 +23,12 @@ from streaming.agent.kafka_meta import (
     MetadataRefresher,
     classify,
 )
+from streaming.agent.libraries import UNKNOWN as UNKNOWN_LIBRARY_ID
+from streaming.agent.libraries import ClientLibrary, LibraryIdentifier
 from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.pods import PodDirectory
-from streaming.agent.procs import ProcessTable
+from streaming.agent.procs import ProcessTable, ProcInfo
 from streaming.agent.records import SocketRecord
 from streaming.schema.events import TCP_STATES
 
@@ -68,6 +70,7 @@ class Agent:
         collector: Collector | None = None,
         procs: ProcessTable | None = None,
         clock: Callable[[], float] = time.time,
+        libraries: LibraryIdentifier | None = None,
     ) -> None:
         self.cfg = cfg
         self.sink = sink
@@ -78,6 +81,7 @@ class Agent:
         )
         self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory())
         self.namer = AppNamer(cfg.apps, parent_of=self.procs.info)
+        self.libraries = libraries or LibraryIdentifier(cfg.proc_root)
         self.clock = clock
         self.started = clock()
         self.events = EventFactory(cfg.host, make_agent_id(cfg.host, self.started), clock)
@@ -127,6 +131,7 @@ class Agent:
         for rec, c in fresh:
             info = owners.get(rec.inode)
             app = "kafka-broker" if c.side == "broker" else self.namer.name(info)
+            lib = self._library(info) if c.side == "client" else None
             meta = Meta(
                 cluster=c.cluster,
                 side=c.side,
@@ -140,6 +145,8 @@ class Agent:
                 container=info.container if info else None,
                 pod=info.pod.name if info and info.pod else None,
                 namespace=info.pod.namespace if info and info.pod else None,
+                client_library=lib.name if lib else None,
+                client_version=lib.version if lib else None,
             )
             observations.append((rec, meta))
             ck = (rec.state, c.side)
@@ -168,6 +175,10 @@ class Agent:
         self.metrics.last_scan.set(now)
         self.sink.pump()
         return emitted
+
+    def _library(self, info: ProcInfo | None) -> ClientLibrary:
+        """The client library of a client socket's process (``unknown`` when unattributed)."""
+        return self.libraries.identify(info) if info is not None else UNKNOWN_LIBRARY_ID
 
     def _split(
         self, records: list[SocketRecord], em: EndpointMap, same_map: bool
