@@ -11,6 +11,9 @@ What an extra connection can be, and what connmon makes of it:
 - a second client in the process (a producer and a consumer, one client per component, a client
   per request that is kept): used after opening, then idle while the process's busiest
   connection to the broker is active: the finding;
+- a library that splits one client's requests over several connections per broker (franz-go
+  up to five, KafkaJS two, see ``libraries.connections_per_client``): a process holding no
+  more than that is one client, whatever their idle times: no finding;
 - every connection of the process to the broker idle (the process stalled, or its connections
   leak): nothing here tells extras apart; close_wait_buildup and idle_zombie speak for it, and
   CLOSE_WAIT toward the broker defers to close_wait_buildup.
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from streaming.detectors.config import DetectorConfig
+from streaming.detectors.libraries import connections_per_client
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
@@ -42,6 +46,9 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         return []  # the whole process is quiet toward this broker: stalled or leaking
     if agg.close_wait_count > 0:
         return []  # connections the application does not close: close_wait_buildup
+    per_client = connections_per_client(agg.client_library, agg.client_version)
+    if per_client > 1 and (agg.established_max_per_process or 0) <= per_client:
+        return []  # one client of this library splits its requests over that many sockets
     conn = f" ({agg.dup_conn})" if agg.dup_conn and agg.dup_max_idle_s == idle else ""
     summary = (
         f"A process of {agg.app} on {agg.host} runs more than one Kafka client toward broker "

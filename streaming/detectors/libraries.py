@@ -303,6 +303,18 @@ def _franz_go_duplicates(name: str, v: Version) -> str:
     )
 
 
+def connections_per_client(library: str | None, version: str | None) -> int:
+    """How many connections to one broker a single client of ``library`` may hold by design
+    while in use (the group coordinator's aside): 1 for most libraries; franz-go and KafkaJS
+    split request types over several. An unknown version counts as the newest behaviour."""
+    v = version_tuple(version)
+    if library == "franz-go":
+        return 3 if at_least(v, FRANZ_GO_FIVE_CONNECTIONS) is False else 5
+    if library == "kafkajs":
+        return 1 if at_least(v, KAFKAJS_FETCH_CONNECTION) is False else 2
+    return 1
+
+
 def _kafka_go_duplicates(name: str, v: Version) -> str:
     return (
         "A kafka-go Reader opens its own connection to the leader of each partition it reads, "

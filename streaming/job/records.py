@@ -72,6 +72,7 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         syn_sent_count=int((states.get("SYN_SENT") or {}).get("count") or 0),
         max_idle_s=_num(est.get("max_idle_s")),
         established_processes=est.get("processes"),
+        established_max_per_process=est.get("max_per_process"),
         dup_processes=int(est.get("dup_processes") or 0),
         dup_max_idle_s=_num(est.get("dup_max_idle_s")),
         dup_conn=est.get("dup_conn"),

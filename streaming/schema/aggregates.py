@@ -97,6 +97,7 @@ class Aggregate:
     window_s: float = 60.0
     dup_conn: str | None = None
     established_processes: int | None = None
+    established_max_per_process: int | None = None  # most ESTABLISHED sockets of one process
     closes_after_idle_local: int = 0
     closes_after_idle_peer: int = 0
     idle_at_close_max_s: float | None = None

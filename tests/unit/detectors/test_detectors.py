@@ -405,6 +405,34 @@ def test_a_known_librarys_advice_ends_the_recommendation_and_is_carried():
     assert detect_all(unknown, DEFAULT)["close_wait_buildup"].recommendation == plain.recommendation
 
 
+@pytest.mark.parametrize(
+    ("library", "version", "per_process", "fires"),
+    [
+        (None, None, 2, True),  # unknown library: an idle used extra is a second client
+        ("java", "4.3.1", 2, True),
+        ("kafkajs", "2.2.4", 2, False),  # Fetch + the rest: one client
+        ("kafkajs", "2.2.4", 3, True),
+        ("kafkajs", "1.16.0", 2, True),  # one connection per broker before 2.0.0
+        ("franz-go", "1.22.2", 5, False),  # one per request type
+        ("franz-go", "1.22.2", 6, True),
+        ("franz-go", None, 4, False),
+    ],
+)
+def test_libraries_with_several_connections_per_client_are_one_client(
+    library, version, per_process, fires
+):
+    agg = make_agg(
+        sockets={"ESTABLISHED": per_process},
+        dup_processes=1,
+        dup_used_max_idle_s=400.0,
+        dup_used_active_idle_s=0.2,
+        established_max_per_process=per_process,
+        client_library=library,
+        client_version=version,
+    )
+    assert bool(detect_all(agg, DEFAULT).get("duplicate_connections")) is fires
+
+
 def test_config_replace_rejects_unknown_names():
     with pytest.raises(ValueError, match="close_wait_grace"):
         DEFAULT.replace(close_wait_grace=1)
