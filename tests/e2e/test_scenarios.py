@@ -168,3 +168,29 @@ def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> N
     assert {"connmon-agent", "connmon-job"} <= named, named
     own = [f for a in sorted(CONNMON_APPS) for f in session.findings.ever_fired(None, a, "*")]
     assert own == [], own
+
+
+def _library_labels(prom, app: str, timeout_s: float) -> set[tuple[str, str]]:
+    q = f'max_over_time(connmon_client_library_info{{app="{app}"}}[{LOOKBACK}])'
+    prom.wait_for(q, timeout_s=timeout_s)
+    return {(r["metric"]["client_library"], r["metric"]["client_version"]) for r in prom.query(q)}
+
+
+def test_each_clients_library_and_version_are_identified(scenario_session) -> None:
+    """The agent names each client's library and version as the client's own build pins
+    them, and the name reaches Prometheus and the findings."""
+    import confluent_kafka
+
+    from streaming.stack import artifacts
+
+    session = scenario_session
+    prom = session.components.prometheus
+    java = ("java", artifacts.pom_property("kafka", "kafka.version"))
+    rdkafka = ("librdkafka", confluent_kafka.libversion()[0])
+    expected = {"dup-java-producer": java, "dup-rdk-consumer": rdkafka}
+    for app, want in expected.items():
+        assert _library_labels(prom, app, timeout_s=180) == {want}, app
+    s = catalog.SCENARIOS["idle-churn"]
+    for app, want in (("churn-java-producer", java), ("churn-rdk-producer", rdkafka)):
+        f = _fired_in_time(session, s, Expect("idle_churn", app))[-1]
+        assert (f["client_library"], f["client_version"]) == want, f
