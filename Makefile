@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.connmon-installed
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
-.PHONY: setup artifacts javadriver prometheus test unit integration e2e lint demo clean
+.PHONY: setup artifacts javadriver clients prometheus test unit integration e2e lint demo clean
 
-setup: $(STAMP) artifacts javadriver prometheus
+setup: $(STAMP) artifacts javadriver clients prometheus
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo ">> python venv and pinned packages (pip shows progress)"
@@ -27,6 +27,11 @@ artifacts: $(STAMP)
 javadriver: artifacts
 	@echo ">> Java client driver for the scenarios (kafka-clients from Maven Central, javac)"
 	$(BIN)/python -m streaming.scenarios.javadriver
+
+clients: $(STAMP)
+	@echo ">> Go (Sarama, franz-go) and Node.js (kafkajs) clients for the scenarios (go build, npm ci)"
+	$(BIN)/python -m streaming.scenarios.goclients
+	$(BIN)/python -m streaming.scenarios.nodeclients
 
 prometheus: $(STAMP)
 	@echo ">> prometheus + promtool (Debian package, installed once)"

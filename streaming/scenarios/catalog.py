@@ -1,4 +1,6 @@
-"""The scenarios: one per pathology in docs/kafka-connections.md, plus the healthy baseline.
+"""The scenarios: one per pathology in docs/kafka-connections.md, the healthy baseline, and one
+per Go/Node.js library (``sarama``, ``franz-go``, ``kafkajs``: what each does with busy and idle
+connections, as measured in docs/observed-client-behaviour.md).
 
 Time is compressed about 10x through configuration only: the main cluster's brokers reap idle
 connections after 60 s (default 600 s), clients that should reap first get 10 s (Java default
@@ -16,6 +18,8 @@ per broker, checked with describe_configs on 4.3.1):
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from streaming.detectors.config import DEFAULT
 from streaming.scenarios.model import ANY_APP, Action, ClusterProfile, Expect, Scenario, Workload
@@ -114,7 +118,10 @@ IDLE_CHURN = Scenario(
         Expect("idle_churn", "churn-rdk-producer"),
     ),
     detector=_uses("idle_churn_min_idle_s", "idle_churn_min_cycles", "idle_churn_window_s"),
-    expect_within_s=150.0,
+    # The first test of the e2e session, so the one deadline that meets the job's start: its
+    # first two micro-batches cover everything since the clients started and took 100-125 s
+    # on 2 cores; these findings came 180-212 s in (SLACK_S is on top).
+    expect_within_s=180.0,
 )
 
 CLOSE_WAIT = Scenario(
@@ -363,6 +370,165 @@ RESTART = Scenario(
     duration_s=270.0,
 )
 
+
+# The Go and Node.js libraries (streaming/scenarios/workloads/programs.py). What each one did on
+# the wire, measured with the observer: docs/observed-client-behaviour.md.
+_LIBRARY_SETTINGS = _uses(
+    "idle_churn_min_idle_s",
+    "idle_churn_min_cycles",
+    "idle_churn_window_s",
+    "close_wait_grace_s",
+    "duplicate_idle_s",
+    "zombie_idle_s",
+)
+# Sends every 75 s: the broker reaps the connection after 60 s idle and the next send re-opens
+# it, so the second cycle completes ~150 s after the client started.
+LIBRARY_IDLE_MS = 75_000
+# The library clients start this long into a session: after connmon's job has read its first
+# batch. That batch covers everything since the clients started and took 65-105 s on 2 cores;
+# ten more clients in it made it 15-30 s longer, and the idle-churn deadline and the Java
+# bootstrap leftover (visible only in the windows of its first minute) were missed.
+LIBRARY_START_S = 90.0
+# From the library clients' start: the second idle cycle (~150-160 s) plus the job's lag.
+LIBRARY_EXPECT_S = LIBRARY_START_S + 180.0
+# Healthy clients must stay quiet through 210 s of running: the broker's 60 s expiry of their
+# unused connections, and two or more idle cycles of the rarely sending producers.
+LIBRARY_DURATION_S = LIBRARY_START_S + 210.0
+
+
+def _started_late(*workloads: Workload) -> tuple[Workload, ...]:
+    return tuple(dataclasses.replace(w, start_after_s=LIBRARY_START_S) for w in workloads)
+
+
+def _quiet(app: str, *kinds: str) -> tuple[Expect, ...]:
+    """No finding of these kinds (none at all when no kind is named) for ``app``."""
+    if not kinds:
+        return (Expect(None, app, present=False),)
+    return tuple(Expect(k, app, present=False) for k in kinds)
+
+
+SARAMA = Scenario(
+    name="sarama",
+    summary=(
+        "Sarama (Go) never reads an idle connection, so a connection the broker reaps sits in "
+        "CLOSE_WAIT until Sarama next writes to it. Its seed (bootstrap) connection is never "
+        "used after the first metadata: the producer's (Go's default 15 s keep-alive) sits "
+        "~75 s in CLOSE_WAIT and then leaves the TCP tables while Sarama still holds it; the "
+        "consumer's (keep-alive off, as Go had it before 2019) stays in CLOSE_WAIT. A producer "
+        "sending every 75 s: reaped, CLOSE_WAIT until the next send fails on it, re-opened."
+    ),
+    cluster="main",
+    topics={"scn-sarama": 6, "scn-sarama-idle": 1},
+    workloads=_started_late(
+        Workload("sarama", "producer", "sarama-producer", "scn-sarama", interval_ms=500),
+        Workload(
+            "sarama",
+            "consumer",
+            "sarama-consumer",
+            "scn-sarama",
+            "sarama-g",
+            props={"net.keepalive": "-1"},
+        ),
+        Workload(
+            "sarama",
+            "idle-producer",
+            "sarama-idle-producer",
+            "scn-sarama-idle",
+            interval_ms=LIBRARY_IDLE_MS,
+        ),
+    ),
+    # The producer's and the idle producer's CLOSE_WAIT sockets last 15-75 s: their findings
+    # fire and resolve, often within one batch of a job catching up after its start, so they
+    # are not expected here (docs/observed-client-behaviour.md has them).
+    expect=(
+        Expect("close_wait_buildup", "sarama-consumer"),
+        Expect("idle_churn", "sarama-idle-producer"),
+        *_quiet("sarama-producer", "idle_churn", "duplicate_connections", "idle_zombie"),
+        *_quiet("sarama-consumer", "idle_churn", "duplicate_connections", "idle_zombie"),
+    ),
+    detector=_LIBRARY_SETTINGS,
+    expect_within_s=LIBRARY_EXPECT_S,
+    duration_s=LIBRARY_DURATION_S,
+)
+
+# franz-go reaps its idle connections itself (conn.idle.timeout, default 30 s, checked every
+# 30 s: closed at 30-60 s idle). Against the main cluster's 60 s that is a race the broker
+# sometimes wins; 20 s keeps the client first (20-40 s), as it is against the 600 s default.
+# No workload churns by that reaper: whether it closes a connection after 20 or 40 s idle
+# depends on milliseconds of timer jitter, so its cycles do not fall in one timer band
+# (docs/observed-client-behaviour.md).
+FRANZ_IDLE = {"conn.idle.timeout": "20s"}
+
+FRANZ_GO = Scenario(
+    name="franz-go",
+    summary=(
+        "franz-go (Go): a busy producer and a consumer group member (up to three connections "
+        "per broker: seed, metadata/group, produce or fetch; its own idle reaper closes the "
+        "unused ones): no finding. A producer with conn.idle.timeout=5m sending every 75 s: "
+        "the broker reaps first, franz-go leaves the socket in CLOSE_WAIT until the next send "
+        "fails on it and re-opens: idle churn driven by the broker."
+    ),
+    cluster="main",
+    topics={"scn-franz": 6, "scn-franz-idle": 1},
+    workloads=_started_late(
+        Workload(
+            "franz-go", "producer", "franz-producer", "scn-franz", interval_ms=500, props=FRANZ_IDLE
+        ),
+        Workload(
+            "franz-go", "consumer", "franz-consumer", "scn-franz", "franz-g", props=FRANZ_IDLE
+        ),
+        Workload(
+            "franz-go",
+            "idle-producer",
+            "franz-idle-broker",
+            "scn-franz-idle",
+            interval_ms=LIBRARY_IDLE_MS,
+            props={"conn.idle.timeout": "5m"},
+        ),
+    ),
+    # franz-idle-broker's CLOSE_WAIT sockets last 15-75 s: not expected, as for Sarama.
+    expect=(
+        *_quiet("franz-producer"),
+        *_quiet("franz-consumer"),
+        Expect("idle_churn", "franz-idle-broker"),
+    ),
+    detector=_LIBRARY_SETTINGS,
+    expect_within_s=LIBRARY_EXPECT_S,
+    duration_s=LIBRARY_DURATION_S,
+)
+
+KAFKAJS = Scenario(
+    name="kafkajs",
+    summary=(
+        "kafkajs (Node.js): a busy producer (one connection per broker, the bootstrap one "
+        "reused) and a consumer group member (two per broker: fetch and everything else): no "
+        "finding. A producer sending every 75 s: the broker reaps its connection at 60 s idle, "
+        "kafkajs closes its side at once (no CLOSE_WAIT) and re-opens at the next send."
+    ),
+    cluster="main",
+    topics={"scn-kafkajs": 6, "scn-kafkajs-idle": 1},
+    workloads=_started_late(
+        Workload("kafkajs", "producer", "kafkajs-producer", "scn-kafkajs", interval_ms=500),
+        Workload("kafkajs", "consumer", "kafkajs-consumer", "scn-kafkajs", "kafkajs-g"),
+        Workload(
+            "kafkajs",
+            "idle-producer",
+            "kafkajs-idle-producer",
+            "scn-kafkajs-idle",
+            interval_ms=LIBRARY_IDLE_MS,
+        ),
+    ),
+    expect=(
+        *_quiet("kafkajs-producer"),
+        *_quiet("kafkajs-consumer"),
+        Expect("idle_churn", "kafkajs-idle-producer"),
+        *_quiet("kafkajs-idle-producer", "close_wait_buildup"),
+    ),
+    detector=_LIBRARY_SETTINGS,
+    expect_within_s=LIBRARY_EXPECT_S,
+    duration_s=LIBRARY_DURATION_S,
+)
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -375,6 +541,9 @@ SCENARIOS: dict[str, Scenario] = {
         TIME_WAIT,
         TWO_CLUSTERS,
         RESTART,
+        SARAMA,
+        FRANZ_GO,
+        KAFKAJS,
     )
 }
 

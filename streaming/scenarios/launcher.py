@@ -13,6 +13,7 @@ from pathlib import Path
 
 from streaming.scenarios import javadriver
 from streaming.scenarios.model import Workload
+from streaming.scenarios.workloads import programs
 
 
 def workload_argv(w: Workload, bootstrap: str, also: str | None = None) -> list[str]:
@@ -28,6 +29,17 @@ def workload_argv(w: Workload, bootstrap: str, also: str | None = None) -> list[
             interval_ms=w.interval_ms,
             poll_for_s=w.options.get("poll_for_s"),
             props=dict(w.props),
+        )
+    if w.client in programs.LIBRARIES:
+        return programs.command(
+            w.client,
+            w.mode,
+            w.app,
+            bootstrap,
+            w.topic or "",
+            group=w.group,
+            interval_ms=w.interval_ms,
+            props=w.props,
         )
     module = {"rdkafka": "rdkafka", "raw": "rawsock"}[w.client]
     argv = [

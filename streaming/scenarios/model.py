@@ -17,6 +17,10 @@ CLIENTS = {
     "rdkafka": ("producer", "consumer", "two-producers"),
     "java": ("producer", "idle-producer", "consumer", "stalled-consumer"),
     "raw": ("close-wait-leak", "churn"),
+    # Go and Node.js programs (streaming/scenarios/workloads/programs.py)
+    "sarama": ("producer", "idle-producer", "consumer"),
+    "franz-go": ("producer", "idle-producer", "consumer"),
+    "kafkajs": ("producer", "idle-producer", "consumer"),
 }
 ACTIONS = ("stop_node", "start_node")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.scenarios import javadriver
+from streaming.scenarios import goclients, javadriver, nodeclients
 from streaming.scenarios.launcher import Proc, stop_all, workload_argv
 from streaming.scenarios.model import Workload
 from streaming.scenarios.observer import ObservedConnections, Observer, summarise
@@ -40,6 +40,10 @@ WORKLOADS = (
     Workload("java", "producer", "cb-java-producer", "cb-t", interval_ms=200),
     Workload("rdkafka", "consumer", "cb-rdk-consumer", "cb-t", "cb-g2"),
     Workload("rdkafka", "producer", "cb-rdk-producer", "cb-t", interval_ms=100),
+    Workload("sarama", "producer", "cb-sarama-producer", "cb-t", interval_ms=200),
+    Workload("franz-go", "producer", "cb-franz-producer", "cb-t", interval_ms=200),
+    Workload("kafkajs", "consumer", "cb-kafkajs-consumer", "cb-t", "cb-g3"),
+    Workload("kafkajs", "idle-producer", "cb-kafkajs-idle", "cb-t", interval_ms=15000),
 )
 
 
@@ -48,6 +52,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObservedConne
     from streaming.stack.kafka import KafkaCluster, create_topics
 
     javadriver.ensure_built()
+    goclients.ensure_built()
+    nodeclients.ensure_built()
     run_dir = Path(tmp_path_factory.mktemp("client-behaviour"))
     cluster = KafkaCluster(
         brokers=1,
@@ -123,3 +129,37 @@ def test_fast_churning_client_piles_up_time_wait_on_its_own_side(observed):
     row = _row(observed, "cb-raw-churn")
     assert row.max_time_wait >= 150, row  # ~10 connections/s, each kept 60 s in TIME_WAIT
     assert row.closed_local >= 150 and row.closed_peer == 0, row
+
+
+def test_sarama_leaves_its_unused_seed_connection_in_close_wait(observed):
+    row = _row(observed, "cb-sarama-producer")
+    # the seed (bootstrap) connection and broker 1's, to the one endpoint
+    assert row.max_established == 2, row
+    # the broker reaps the seed connection after 10 s idle; Sarama never reads it again, so
+    # it stays in CLOSE_WAIT until a keep-alive probe meets the broker's reset (~60-75 s on)
+    assert row.closed_peer >= 1 and row.closed_local == 0, row
+    assert row.max_close_wait >= 1 and row.max_close_wait_age_s >= 20, row
+
+
+def test_franz_go_opens_several_connections_to_one_broker_and_misses_the_brokers_close(observed):
+    row = _row(observed, "cb-franz-producer")
+    # seed, metadata/producer-id ("normal") and produce connections, all to the one broker
+    assert row.max_established >= 3, row
+    # the broker reaps the idle seed/normal ones after 10 s; franz-go reads a connection only
+    # for a request, so they sit in CLOSE_WAIT until its own reaper (30 s, up to 60 s) runs
+    assert row.closed_peer >= 1, row
+    assert row.max_close_wait >= 1 and row.max_close_wait_age_s >= 15, row
+
+
+def test_kafkajs_consumer_holds_a_fetch_connection_next_to_its_other_one(observed):
+    row = _row(observed, "cb-kafkajs-consumer")
+    assert row.max_established == 2, row
+    assert row.max_close_wait == 0 and row.closed_peer == 0, row
+
+
+def test_kafkajs_closes_at_once_when_the_broker_reaps_and_reopens_for_the_next_send(observed):
+    row = _row(observed, "cb-kafkajs-idle")
+    assert row.max_established == 1, row  # the bootstrap connection is reused, no leftover
+    assert row.connections >= 2, row  # reaped after 10 s idle, re-opened at the next send
+    assert row.max_close_wait == 0, row  # its side closed within the 1 s sampling
+    assert row.max_idle_s >= BROKER_IDLE_MS / 1000 - 1.5, row

@@ -9,7 +9,7 @@ import pytest
 
 from streaming.detectors.config import DEFAULT
 from streaming.errors import ConfigError
-from streaming.scenarios import catalog
+from streaming.scenarios import catalog, goclients, nodeclients
 from streaming.scenarios.cli import parse_duration
 from streaming.scenarios.findings import FindingsBoard
 from streaming.scenarios.launcher import workload_argv
@@ -33,6 +33,7 @@ from streaming.scenarios.observer import (
     with_owners,
 )
 from streaming.scenarios.report import first_findings, line_chart, time_to_first, to_series
+from streaming.scenarios.workloads import programs
 from streaming.scenarios.workloads.rawsock import api_versions_request
 
 pytestmark = pytest.mark.unit
@@ -318,3 +319,68 @@ def test_socket_owners_reads_proc_fd_links(tmp_path):
 def test_time_to_first_finding_per_kind():
     firsts = {("k", "a", "client"): 130.0, ("k", "b", "client"): 110.0, ("j", "a", "client"): 150.0}
     assert time_to_first(firsts, 100.0) == {"j": (50.0, "a"), "k": (10.0, "b")}
+
+
+def test_every_library_program_has_a_scenario_with_quiet_clients_and_idle_churn():
+    for client in programs.LIBRARIES:
+        workloads = [(s, w) for s in catalog.get() for w in s.workloads if w.client == client]
+        modes = {w.mode for _, w in workloads}
+        assert {"producer", "consumer", "idle-producer"} <= modes, (client, modes)
+        for s, w in workloads:
+            mine = [e for e in s.expect if e.app == w.app]
+            assert mine, f"{s.name}: {w.app} has no expectation"
+            if w.mode == "idle-producer":
+                assert any(e.kind == "idle_churn" and e.present for e in mine), w.app
+            else:  # the busy clients: never churn, never a duplicate or a zombie
+                for kind in ("idle_churn", "duplicate_connections", "idle_zombie"):
+                    assert any((e.kind in (kind, None)) and not e.present for e in mine), (
+                        w.app,
+                        kind,
+                    )
+
+
+def test_program_workloads_start_the_program_itself_with_the_app_marker(monkeypatch, tmp_path):
+    monkeypatch.setenv("CONNMON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(goclients, "ensure_built", lambda quiet=True: tmp_path)
+    monkeypatch.setattr(nodeclients, "ensure_built", lambda quiet=True: tmp_path)
+    monkeypatch.setattr(nodeclients, "node", lambda: "/usr/bin/node")
+    w = Workload(
+        "franz-go", "idle-producer", "f-app", "t", interval_ms=90_000, props={"linger": "5ms"}
+    )
+    argv = workload_argv(w, "127.0.0.1:1,127.0.0.1:2")
+    if argv[0] == "nice":  # at a lower CPU priority; nice execs the program (same pid)
+        argv = argv[len(programs.NICE) :]
+    assert argv[0] == str(tmp_path / "go-clients" / "bin" / "franz-client")
+    joined = " ".join(argv)
+    assert "--mode idle-producer --app f-app --bootstrap 127.0.0.1:1,127.0.0.1:2" in joined
+    assert "--topic t" in joined and "--interval-ms 90000" in joined
+    assert "--prop linger=5ms" in joined
+    s = workload_argv(Workload("sarama", "consumer", "s-app", "t", "g"), "127.0.0.1:1")
+    assert s[s.index("--mode") - 1].endswith("/sarama-client") and s[s.index("--group") + 1] == "g"
+    k = workload_argv(Workload("kafkajs", "producer", "k-app", "t"), "127.0.0.1:1")
+    node, script = k.index("/usr/bin/node"), str(tmp_path / "node-clients" / "kafkajs-client.js")
+    assert k[node + 1] == script and k[node + 2] == "--mode"
+    with pytest.raises(ValueError, match="mode 'stalled-consumer'"):
+        programs.command("kafkajs", "stalled-consumer", "a", "b", "t")
+
+
+def test_client_builds_are_skipped_when_up_to_date_and_fail_clearly_without_tools(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("CONNMON_CACHE_DIR", str(tmp_path))
+    assert not goclients.is_built() and not nodeclients.is_built()
+    monkeypatch.setattr(goclients.shutil, "which", lambda name: None)
+    with pytest.raises(goclients.GoClientsError, match="'go' toolchain"):
+        goclients.ensure_built()
+    with pytest.raises(nodeclients.NodeClientsError, match="'node'"):
+        nodeclients.ensure_built()
+    # a marker holding the sources' hash: up to date, no tool needed
+    (tmp_path / "go-clients").mkdir()
+    (tmp_path / "go-clients" / ".complete").write_text(goclients._digest())
+    assert goclients.ensure_built() == tmp_path / "go-clients" / "bin"
+    (tmp_path / "node-clients").mkdir()
+    (tmp_path / "node-clients" / ".complete").write_text("stale")
+    with pytest.raises(nodeclients.NodeClientsError):
+        nodeclients.ensure_built()
+    with pytest.raises(ValueError, match="no Go program"):
+        goclients.binary("kafkajs")

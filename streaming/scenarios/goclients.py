@@ -1,0 +1,107 @@
+"""Build the Go scenario clients (``deploy/local/go-clients``): one program per library,
+``sarama-client`` (github.com/IBM/sarama) and ``franz-client`` (github.com/twmb/franz-go).
+
+``ensure_built()`` runs ``go build`` into ``deploy/local/.cache/go-clients/bin``; the modules
+come from the Go module proxy into Go's own module cache, checked against ``go.sum``. A marker
+holding the hash of ``go.mod``, ``go.sum`` and the sources makes a second run start no ``go``
+at all. ``python -m streaming.scenarios.goclients`` builds them (``make setup`` does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from streaming.stack import artifacts
+
+# client kind (streaming.scenarios.model.CLIENTS) -> program under cmd/
+PROGRAMS = {"sarama": "sarama-client", "franz-go": "franz-client"}
+_MARKER = ".complete"
+
+
+class GoClientsError(RuntimeError):
+    """The Go clients could not be built; the message names the failing step."""
+
+
+def source_dir() -> Path:
+    return artifacts.repo_root() / "deploy" / "local" / "go-clients"
+
+
+def build_dir() -> Path:
+    return artifacts.cache_dir() / "go-clients"
+
+
+def _sources() -> list[Path]:
+    src = source_dir()
+    return sorted([src / "go.mod", src / "go.sum", *src.rglob("*.go")])
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    src = source_dir()
+    for f in _sources():
+        h.update(str(f.relative_to(src)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def is_built() -> bool:
+    marker = build_dir() / _MARKER
+    return marker.exists() and marker.read_text().strip() == _digest()
+
+
+def binary(client: str) -> Path:
+    """The built program of a client kind (``sarama`` or ``franz-go``)."""
+    if client not in PROGRAMS:
+        raise ValueError(f"no Go program for client {client!r}; known: {sorted(PROGRAMS)}")
+    return build_dir() / "bin" / PROGRAMS[client]
+
+
+def ensure_built(quiet: bool = True) -> Path:
+    """Build every program unless already built from the same sources; return the bin dir."""
+    out = build_dir()
+    if is_built():
+        return out / "bin"
+    go = shutil.which("go")
+    if go is None:
+        raise GoClientsError(
+            "the Go scenario clients (Sarama, franz-go) need the 'go' toolchain on PATH "
+            f"(the version go.mod names or newer): {source_dir() / 'go.mod'}"
+        )
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "bin").mkdir(parents=True)
+    if not quiet:
+        print(
+            "connmon: building the Go clients (Sarama, franz-go; modules from the Go proxy, "
+            "first run only)...",
+            file=sys.stderr,
+        )
+    # GOTOOLCHAIN=local: fail naming the version instead of fetching another toolchain;
+    # -mod=readonly: go.sum must already pin every module.
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    proc = subprocess.run(
+        [go, "build", "-trimpath", "-o", str(out / "bin") + os.sep, "./cmd/..."],
+        cwd=source_dir(),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise GoClientsError(
+            f"go build in {source_dir()} failed (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout)[-2000:]}"
+        )
+    missing = [p for p in PROGRAMS.values() if not (out / "bin" / p).exists()]
+    if missing:
+        raise GoClientsError(f"go build produced no {missing} in {out / 'bin'}")
+    (out / _MARKER).write_text(_digest())
+    return out / "bin"
+
+
+if __name__ == "__main__":
+    print(ensure_built(quiet=False))

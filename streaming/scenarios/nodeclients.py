@@ -1,0 +1,95 @@
+"""Install the Node.js scenario client (``deploy/local/node-clients``): ``kafkajs-client.js``.
+
+``ensure_built()`` copies ``package.json``, ``package-lock.json`` and the script into
+``deploy/local/.cache/node-clients`` and runs ``npm ci`` there (kafkajs from the npm registry,
+exactly as the lock file pins it), so ``node_modules`` never lands in the work tree. A marker
+holding the hash of the three files makes a second run start no ``npm``.
+``python -m streaming.scenarios.nodeclients`` installs it (``make setup`` does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from streaming.stack import artifacts
+
+SCRIPT = "kafkajs-client.js"
+FILES = ("package.json", "package-lock.json", SCRIPT)
+_MARKER = ".complete"
+
+
+class NodeClientsError(RuntimeError):
+    """The Node.js client could not be installed; the message names the failing step."""
+
+
+def source_dir() -> Path:
+    return artifacts.repo_root() / "deploy" / "local" / "node-clients"
+
+
+def build_dir() -> Path:
+    return artifacts.cache_dir() / "node-clients"
+
+
+def _digest() -> str:
+    h = hashlib.sha256()
+    for name in FILES:
+        h.update(name.encode())
+        h.update((source_dir() / name).read_bytes())
+    return h.hexdigest()
+
+
+def is_built() -> bool:
+    marker = build_dir() / _MARKER
+    return marker.exists() and marker.read_text().strip() == _digest()
+
+
+def script() -> Path:
+    """The installed script (run it with ``node``)."""
+    return build_dir() / SCRIPT
+
+
+def node() -> str:
+    """The ``node`` executable; a clear error when there is none."""
+    found = shutil.which("node")
+    if found is None:
+        raise NodeClientsError("the kafkajs scenario client needs 'node' (Node.js 18+) on PATH")
+    return found
+
+
+def ensure_built(quiet: bool = True) -> Path:
+    """``npm ci`` into the cache unless already done from the same files; return the dir."""
+    out = build_dir()
+    if is_built():
+        return out
+    node()
+    npm = shutil.which("npm")
+    if npm is None:
+        raise NodeClientsError("the kafkajs scenario client needs 'npm' on PATH (with Node.js)")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in FILES:
+        shutil.copy2(source_dir() / name, out / name)
+    if not quiet:
+        print("connmon: npm ci for the kafkajs client (first run only)...", file=sys.stderr)
+    proc = subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise NodeClientsError(
+            f"npm ci in {out} failed (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout)[-2000:]}"
+        )
+    (out / _MARKER).write_text(_digest())
+    return out
+
+
+if __name__ == "__main__":
+    print(ensure_built(quiet=False))
