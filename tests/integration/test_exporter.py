@@ -138,7 +138,15 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
         bootstrap,
         topics["aggregates"],
         [
-            (b"client|web-1|orders-consumer|local|2", agg(end=now, close_wait_count=25)),
+            (
+                b"client|web-1|orders-consumer|local|2",
+                agg(
+                    end=now,
+                    close_wait_count=25,
+                    client_library="librdkafka",
+                    client_version="2.16.0",
+                ),
+            ),
             (
                 b"broker|kafka-2|kafka-broker|2|10.1.2.3",
                 agg(
