@@ -77,8 +77,8 @@ def ensure_built(quiet: bool = True) -> Path:
     (out / "bin").mkdir(parents=True)
     if not quiet:
         print(
-            "connmon: building the Go clients (Sarama, franz-go; modules from the Go proxy, "
-            "first run only)...",
+            "connmon: building the Go clients (Sarama, franz-go; modules from the Go proxy; "
+            "again only when their sources change)...",
             file=sys.stderr,
         )
     # GOTOOLCHAIN=local: fail naming the version instead of fetching another toolchain;

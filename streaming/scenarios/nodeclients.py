@@ -75,7 +75,10 @@ def ensure_built(quiet: bool = True) -> Path:
     for name in FILES:
         shutil.copy2(source_dir() / name, out / name)
     if not quiet:
-        print("connmon: npm ci for the kafkajs client (first run only)...", file=sys.stderr)
+        print(
+            "connmon: npm ci for the kafkajs client (again only when it changes)...",
+            file=sys.stderr,
+        )
     proc = subprocess.run(
         [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
         cwd=out,

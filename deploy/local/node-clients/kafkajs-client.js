@@ -147,7 +147,15 @@ async function main() {
   const kafka = client(a);
   const stopping = new EventEmitter();
   stopping.stopped = false;
-  const stop = () => { stopping.stopped = true; stopping.emit('stop'); };
+  const stop = () => {
+    stopping.stopped = true;
+    stopping.emit('stop');
+    // A client that has not disconnected 10 s later (its brokers gone, say) exits anyway.
+    setTimeout(() => {
+      status(a.app, 'not closed within 10 s of the stop signal: exiting');
+      process.exit(1);
+    }, 10000).unref();
+  };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
   if (a.mode === 'consumer') await consume(a, kafka, stopping);

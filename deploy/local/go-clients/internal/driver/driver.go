@@ -141,9 +141,17 @@ func Status(app, what string) {
 	fmt.Printf("%s %s: %s\n", time.Now().UTC().Format("15:04:05.000"), app, what)
 }
 
-// StopContext is cancelled on SIGTERM or SIGINT.
+// StopContext is cancelled on SIGTERM or SIGINT. A client that has not closed 10 s later (its
+// brokers gone, say) exits anyway, so a stop never waits for the launcher's SIGKILL.
 func StopContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-ctx.Done()
+		time.Sleep(10 * time.Second)
+		fmt.Fprintln(os.Stderr, "not closed within 10 s of the stop signal: exiting")
+		os.Exit(1)
+	}()
+	return ctx, cancel
 }
 
 // EveryInterval calls send at a fixed rate (the first call at once) until ctx ends. A fixed
