@@ -12,8 +12,9 @@ from collections.abc import Callable
 from streaming.schema.clients import CLIENT_LIBRARIES, OTHER_VERSION, version_label, version_tuple
 
 Version = tuple[int, ...] | None
-# (name as library_name() words it, parsed version) -> advice sentence(s)
-Rule = Callable[[str, Version], str]
+# Advice that depends on the wording of the library's name or on its version:
+# (name as library_name() words it, parsed version) -> sentence(s). Otherwise a constant.
+Rule = Callable[[str, Version], str] | str
 
 # How each library is called in advice, and what its version number belongs to.
 _DISPLAY = {
@@ -93,45 +94,36 @@ def _sarama_close_wait(name: str, v: Version) -> str:
     return f"{first} {_SARAMA_NO_IDLE}"
 
 
-def _java_close_wait(name: str, v: Version) -> str:
-    return (
-        "In the Java client a classic KafkaConsumer that stops calling poll() leaves its group "
-        "after max.poll.interval.ms (default 300000) and then no thread reads its sockets, so "
-        "connections the broker closes stay in CLOSE_WAIT: find the stuck processing (thread "
-        "dump) or close() the consumer."
-    )
+_JAVA_CLOSE_WAIT = (
+    "In the Java client a classic KafkaConsumer that stops calling poll() leaves its group "
+    "after max.poll.interval.ms (default 300000) and then no thread reads its sockets, so "
+    "connections the broker closes stay in CLOSE_WAIT: find the stuck processing (thread "
+    "dump) or close() the consumer."
+)
 
+_LIBRDKAFKA_CLOSE_WAIT = (
+    "librdkafka's own broker threads close a socket once the broker has closed it, even "
+    "when the application does not call poll(), so lasting CLOSE_WAIT is not expected "
+    "from it: check whether the process is suspended or the sockets belong to other code "
+    "in it."
+)
 
-def _librdkafka_close_wait(name: str, v: Version) -> str:
-    return (
-        "librdkafka's own broker threads close a socket once the broker has closed it, even "
-        "when the application does not call poll(), so lasting CLOSE_WAIT is not expected "
-        "from it: check whether the process is suspended or the sockets belong to other code "
-        "in it."
-    )
+_FRANZ_GO_CLOSE_WAIT = (
+    "franz-go closes any connection idle for kgo.ConnIdleTimeout (default 30s, at worst "
+    "twice that) even when nothing uses the client, so CLOSE_WAIT lasting minutes is not "
+    "expected from it: take a goroutine dump and report it to twmb/franz-go."
+)
 
+_KAFKA_GO_CLOSE_WAIT = (
+    "kafka-go's Transport (behind Writer and Client) closes connections idle for "
+    "Transport.IdleTimeout (default 30s); lasting CLOSE_WAIT points to a kafka.Conn "
+    "opened with kafka.Dial or DialLeader that the application never Close()s."
+)
 
-def _franz_go_close_wait(name: str, v: Version) -> str:
-    return (
-        "franz-go closes any connection idle for kgo.ConnIdleTimeout (default 30s, at worst "
-        "twice that) even when nothing uses the client, so CLOSE_WAIT lasting minutes is not "
-        "expected from it: take a goroutine dump and report it to twmb/franz-go."
-    )
-
-
-def _kafka_go_close_wait(name: str, v: Version) -> str:
-    return (
-        "kafka-go's Transport (behind Writer and Client) closes connections idle for "
-        "Transport.IdleTimeout (default 30s); lasting CLOSE_WAIT points to a kafka.Conn "
-        "opened with kafka.Dial or DialLeader that the application never Close()s."
-    )
-
-
-def _kafkajs_close_wait(name: str, v: Version) -> str:
-    return (
-        "KafkaJS ends its socket as soon as it sees the broker's close, so lasting CLOSE_WAIT "
-        "points to a blocked Node.js event loop rather than to KafkaJS."
-    )
+_KAFKAJS_CLOSE_WAIT = (
+    "KafkaJS ends its socket as soon as it sees the broker's close, so lasting CLOSE_WAIT "
+    "points to a blocked Node.js event loop rather than to KafkaJS."
+)
 
 
 KAFKA_PYTHON_NEW_NETWORKING = (3, 0, 0)
@@ -148,105 +140,84 @@ def _kafka_python_close_wait(name: str, v: Version) -> str:
     )
 
 
-def _aiokafka_close_wait(name: str, v: Version) -> str:
-    return (
-        "aiokafka closes a connection as soon as its reader task sees the broker's close, so "
-        "lasting CLOSE_WAIT points to a blocked asyncio event loop (long synchronous work in "
-        "a coroutine) rather than to aiokafka."
-    )
+_AIOKAFKA_CLOSE_WAIT = (
+    "aiokafka closes a connection as soon as its reader task sees the broker's close, so "
+    "lasting CLOSE_WAIT points to a blocked asyncio event loop (long synchronous work in "
+    "a coroutine) rather than to aiokafka."
+)
 
-
-def _kafka_rust_close_wait(name: str, v: Version) -> str:
-    return (
-        "kafka-rust never closes idle connections itself: set_connection_idle_timeout "
-        "(default 540000 ms) only replaces one at its next use, so connections the broker "
-        "closed stay in CLOSE_WAIT until then (kafka-rust#118, #178: open, no fixed release); "
-        "a restart releases them."
-    )
+_KAFKA_RUST_CLOSE_WAIT = (
+    "kafka-rust never closes idle connections itself: set_connection_idle_timeout "
+    "(default 540000 ms) only replaces one at its next use, so connections the broker "
+    "closed stay in CLOSE_WAIT until then (kafka-rust#118, #178: open, no fixed release); "
+    "a restart releases them."
+)
 
 
 # ---- idle_churn ------------------------------------------------------------------------------
-def _java_idle_churn(name: str, v: Version) -> str:
-    return (
-        "In the Java client connections.max.idle.ms defaults to 540000 for KafkaProducer and "
-        "KafkaConsumer and 300000 for Admin (a negative value disables it): set it on the "
-        "client that churns, above its request interval."
-    )
+_JAVA_IDLE_CHURN = (
+    "In the Java client connections.max.idle.ms defaults to 540000 for KafkaProducer and "
+    "KafkaConsumer and 300000 for Admin (a negative value disables it): set it on the "
+    "client that churns, above its request interval."
+)
 
+_LIBRDKAFKA_IDLE_CHURN = (
+    "librdkafka closes idle connections only when connections.max.idle.ms is set (default "
+    '0 = never, or under 4 minutes when bootstrap.servers contains "azure"); otherwise '
+    "the broker's or a load balancer's timer closes them and librdkafka reconnects to the "
+    "brokers it needs."
+)
 
-def _librdkafka_idle_churn(name: str, v: Version) -> str:
-    return (
-        "librdkafka closes idle connections only when connections.max.idle.ms is set (default "
-        '0 = never, or under 4 minutes when bootstrap.servers contains "azure"); otherwise '
-        "the broker's or a load balancer's timer closes them and librdkafka reconnects to the "
-        "brokers it needs."
-    )
+_SARAMA_IDLE_CHURN = (
+    "Sarama has no client-side idle timeout (IBM/sarama#760) and Net.KeepAlive (TCP "
+    "keep-alive) is not Kafka traffic, so the broker or a load balancer closes idle "
+    "connections; the next request on one fails with EOF or broken pipe and is retried "
+    "(IBM/sarama#3172)."
+)
 
+_FRANZ_GO_IDLE_CHURN = (
+    "franz-go closes connections idle for kgo.ConnIdleTimeout (default 30s, at worst twice "
+    "that, at most 15m): raise it above the client's request interval to keep them."
+)
 
-def _sarama_idle_churn(name: str, v: Version) -> str:
-    return (
-        "Sarama has no client-side idle timeout (IBM/sarama#760) and Net.KeepAlive (TCP "
-        "keep-alive) is not Kafka traffic, so the broker or a load balancer closes idle "
-        "connections; the next request on one fails with EOF or broken pipe and is retried "
-        "(IBM/sarama#3172)."
-    )
+_KAFKA_GO_IDLE_CHURN = (
+    "kafka-go closes connections idle for Transport.IdleTimeout (default 30s, also in "
+    "DefaultTransport, which a Writer or Client without its own Transport uses): give it "
+    "a Transport with a longer IdleTimeout to keep them."
+)
 
+_KAFKAJS_IDLE_CHURN = (
+    "KafkaJS has no client-side idle timeout: the broker or a load balancer closes idle "
+    "connections and KafkaJS reconnects at its next request, so only the broker's "
+    "connections.max.idle.ms or the load balancer's idle timeout can be raised."
+)
 
-def _franz_go_idle_churn(name: str, v: Version) -> str:
-    return (
-        "franz-go closes connections idle for kgo.ConnIdleTimeout (default 30s, at worst twice "
-        "that, at most 15m): raise it above the client's request interval to keep them."
-    )
+_KAFKA_PYTHON_IDLE_CHURN = (
+    "kafka-python's connections_max_idle_ms defaults to 540000 for KafkaProducer, "
+    "KafkaConsumer and KafkaAdminClient alike: set it on the client that churns, above its "
+    "request interval."
+)
 
+_AIOKAFKA_IDLE_CHURN = (
+    "aiokafka's connections_max_idle_ms defaults to 540000 for AIOKafkaProducer, "
+    "AIOKafkaConsumer and AIOKafkaAdminClient (None disables it): set it on the client "
+    "that churns, above its request interval."
+)
 
-def _kafka_go_idle_churn(name: str, v: Version) -> str:
-    return (
-        "kafka-go closes connections idle for Transport.IdleTimeout (default 30s, also in "
-        "DefaultTransport, which a Writer or Client without its own Transport uses): give it "
-        "a Transport with a longer IdleTimeout to keep them."
-    )
-
-
-def _kafkajs_idle_churn(name: str, v: Version) -> str:
-    return (
-        "KafkaJS has no client-side idle timeout: the broker or a load balancer closes idle "
-        "connections and KafkaJS reconnects at its next request, so only the broker's "
-        "connections.max.idle.ms or the load balancer's idle timeout can be raised."
-    )
-
-
-def _kafka_python_idle_churn(name: str, v: Version) -> str:
-    return (
-        "kafka-python's connections_max_idle_ms defaults to 540000 for KafkaProducer, "
-        "KafkaConsumer and KafkaAdminClient alike: set it on the client that churns, above its "
-        "request interval."
-    )
-
-
-def _aiokafka_idle_churn(name: str, v: Version) -> str:
-    return (
-        "aiokafka's connections_max_idle_ms defaults to 540000 for AIOKafkaProducer, "
-        "AIOKafkaConsumer and AIOKafkaAdminClient (None disables it): set it on the client "
-        "that churns, above its request interval."
-    )
-
-
-def _kafka_rust_idle_churn(name: str, v: Version) -> str:
-    return (
-        "kafka-rust never closes idle connections itself (kafka-rust#118): the broker does, "
-        "and KafkaClient::set_connection_idle_timeout (default 540000 ms) only makes the "
-        "client open a new connection at its next use; keep it below the broker's "
-        "connections.max.idle.ms."
-    )
+_KAFKA_RUST_IDLE_CHURN = (
+    "kafka-rust never closes idle connections itself (kafka-rust#118): the broker does, "
+    "and KafkaClient::set_connection_idle_timeout (default 540000 ms) only makes the "
+    "client open a new connection at its next use; keep it below the broker's "
+    "connections.max.idle.ms."
+)
 
 
 # ---- duplicate_connections -------------------------------------------------------------------
-def _java_duplicates(name: str, v: Version) -> str:
-    return (
-        "The Java client keeps each bootstrap connection it used until connections.max.idle.ms "
-        "(540000; Admin 300000) closes it, and every KafkaProducer, KafkaConsumer and Admin "
-        "opens its own connections: share one KafkaProducer across threads (it is thread-safe)."
-    )
+_JAVA_DUPLICATES = (
+    "The Java client keeps each bootstrap connection it used until connections.max.idle.ms "
+    "(540000; Admin 300000) closes it, and every KafkaProducer, KafkaConsumer and Admin "
+    "opens its own connections: share one KafkaProducer across threads (it is thread-safe)."
+)
 
 
 LIBRDKAFKA_CLOSES_BOOTSTRAP = (2, 10, 0)
@@ -276,13 +247,12 @@ def _librdkafka_duplicates(name: str, v: Version) -> str:
     )
 
 
-def _sarama_duplicates(name: str, v: Version) -> str:
-    return (
-        "A sarama.Client keeps one connection per broker (its consumer-group coordinator "
-        "shares it) plus the seed-broker connection of its first metadata request, and "
-        "NewSyncProducer, NewAsyncProducer, NewConsumer and NewConsumerGroup each create their "
-        "own Client: create one Client and pass it to the ...FromClient constructors."
-    )
+_SARAMA_DUPLICATES = (
+    "A sarama.Client keeps one connection per broker (its consumer-group coordinator "
+    "shares it) plus the seed-broker connection of its first metadata request, and "
+    "NewSyncProducer, NewAsyncProducer, NewConsumer and NewConsumerGroup each create their "
+    "own Client: create one Client and pass it to the ...FromClient constructors."
+)
 
 
 FRANZ_GO_FIVE_CONNECTIONS = (1, 2, 0)
@@ -315,13 +285,12 @@ def connections_per_client(library: str | None, version: str | None) -> int:
     return 1
 
 
-def _kafka_go_duplicates(name: str, v: Version) -> str:
-    return (
-        "A kafka-go Reader opens its own connection to the leader of each partition it reads, "
-        "so one Reader holds several connections to a broker; Writers and Clients share "
-        "connections only through a shared Transport: share one and Close() Readers and "
-        "Writers no longer needed."
-    )
+_KAFKA_GO_DUPLICATES = (
+    "A kafka-go Reader opens its own connection to the leader of each partition it reads, "
+    "so one Reader holds several connections to a broker; Writers and Clients share "
+    "connections only through a shared Transport: share one and Close() Readers and "
+    "Writers no longer needed."
+)
 
 
 KAFKAJS_FETCH_CONNECTION = (2, 0, 0)
@@ -348,81 +317,65 @@ def _kafkajs_duplicates(name: str, v: Version) -> str:
     )
 
 
-def _kafka_python_duplicates(name: str, v: Version) -> str:
-    return (
-        "Each kafka-python KafkaProducer, KafkaConsumer and KafkaAdminClient opens its own "
-        "connections: share one KafkaProducer across threads (it is thread-safe) and close() "
-        "clients no longer needed."
-    )
+_KAFKA_PYTHON_DUPLICATES = (
+    "Each kafka-python KafkaProducer, KafkaConsumer and KafkaAdminClient opens its own "
+    "connections: share one KafkaProducer across threads (it is thread-safe) and close() "
+    "clients no longer needed."
+)
 
+_AIOKAFKA_DUPLICATES = (
+    "aiokafka closes its bootstrap connection after the first metadata and talks to group "
+    "and transaction coordinators over a separate connection; every AIOKafkaProducer, "
+    "AIOKafkaConsumer and AIOKafkaAdminClient has its own connections: share one producer "
+    "and stop() clients no longer needed."
+)
 
-def _aiokafka_duplicates(name: str, v: Version) -> str:
-    return (
-        "aiokafka closes its bootstrap connection after the first metadata and talks to group "
-        "and transaction coordinators over a separate connection; every AIOKafkaProducer, "
-        "AIOKafkaConsumer and AIOKafkaAdminClient has its own connections: share one producer "
-        "and stop() clients no longer needed."
-    )
-
-
-def _kafka_rust_duplicates(name: str, v: Version) -> str:
-    return (
-        "kafka-rust keeps one connection per broker address per KafkaClient, and every "
-        "Producer or Consumer built with from_hosts creates its own KafkaClient: drop the ones "
-        "the application no longer needs."
-    )
+_KAFKA_RUST_DUPLICATES = (
+    "kafka-rust keeps one connection per broker address per KafkaClient, and every "
+    "Producer or Consumer built with from_hosts creates its own KafkaClient: drop the ones "
+    "the application no longer needs."
+)
 
 
 # ---- connection_storm ------------------------------------------------------------------------
-def _java_storm(name: str, v: Version) -> str:
-    return (
-        "In the Java client reconnect.backoff.ms defaults to 50 and reconnect.backoff.max.ms "
-        "to 1000 (with 20% jitter): raise both, and create each KafkaProducer, KafkaConsumer "
-        "or Admin once and reuse it."
-    )
+_JAVA_STORM = (
+    "In the Java client reconnect.backoff.ms defaults to 50 and reconnect.backoff.max.ms "
+    "to 1000 (with 20% jitter): raise both, and create each KafkaProducer, KafkaConsumer "
+    "or Admin once and reuse it."
+)
 
+_LIBRDKAFKA_STORM = (
+    "librdkafka's reconnect.backoff.ms defaults to 100 and reconnect.backoff.max.ms to "
+    "10000 (-25% to +50% jitter): restore them if they were lowered, and keep one producer "
+    "per process instead of one per request."
+)
 
-def _librdkafka_storm(name: str, v: Version) -> str:
-    return (
-        "librdkafka's reconnect.backoff.ms defaults to 100 and reconnect.backoff.max.ms to "
-        "10000 (-25% to +50% jitter): restore them if they were lowered, and keep one producer "
-        "per process instead of one per request."
-    )
+_SARAMA_STORM = (
+    "Sarama has no reconnect backoff: it paces retries with Metadata.Retry.Backoff (250ms, "
+    "Metadata.Retry.Max 3), Producer.Retry.Backoff (100ms, Producer.Retry.Max 3) and "
+    "Consumer.Retry.Backoff (2s); raise these (or set the BackoffFunc variants) and share "
+    "one sarama.Client per process."
+)
 
+_FRANZ_GO_STORM = (
+    "franz-go has no reconnect backoff setting: failed requests retry after "
+    "kgo.RetryBackoffFn (default 250ms doubling to 5s, with jitter) up to "
+    "kgo.RequestRetries (20); create one kgo.Client per process and reuse it."
+)
 
-def _sarama_storm(name: str, v: Version) -> str:
-    return (
-        "Sarama has no reconnect backoff: it paces retries with Metadata.Retry.Backoff (250ms, "
-        "Metadata.Retry.Max 3), Producer.Retry.Backoff (100ms, Producer.Retry.Max 3) and "
-        "Consumer.Retry.Backoff (2s); raise these (or set the BackoffFunc variants) and share "
-        "one sarama.Client per process."
-    )
+_KAFKA_GO_STORM = (
+    "kafka-go has no reconnect backoff setting: a Writer retries a batch up to MaxAttempts "
+    "(10) waiting WriteBackoffMin to WriteBackoffMax (100ms to 1s), a Reader reconnects "
+    "after ReadBackoffMin to ReadBackoffMax (100ms to 1s); raise these and reuse one "
+    "Writer instead of one per message."
+)
 
-
-def _franz_go_storm(name: str, v: Version) -> str:
-    return (
-        "franz-go has no reconnect backoff setting: failed requests retry after "
-        "kgo.RetryBackoffFn (default 250ms doubling to 5s, with jitter) up to "
-        "kgo.RequestRetries (20); create one kgo.Client per process and reuse it."
-    )
-
-
-def _kafka_go_storm(name: str, v: Version) -> str:
-    return (
-        "kafka-go has no reconnect backoff setting: a Writer retries a batch up to MaxAttempts "
-        "(10) waiting WriteBackoffMin to WriteBackoffMax (100ms to 1s), a Reader reconnects "
-        "after ReadBackoffMin to ReadBackoffMax (100ms to 1s); raise these and reuse one "
-        "Writer instead of one per message."
-    )
-
-
-def _kafkajs_storm(name: str, v: Version) -> str:
-    return (
-        "KafkaJS retries connections with retry.initialRetryTime (300 ms) doubling up to "
-        "retry.maxRetryTime (30000) for retry.retries (5) attempts, after which a consumer "
-        "restarts and starts over: raise initialRetryTime and retries, and create each "
-        "producer once and reuse it."
-    )
+_KAFKAJS_STORM = (
+    "KafkaJS retries connections with retry.initialRetryTime (300 ms) doubling up to "
+    "retry.maxRetryTime (30000) for retry.retries (5) attempts, after which a consumer "
+    "restarts and starts over: raise initialRetryTime and retries, and create each "
+    "producer once and reuse it."
+)
 
 
 KAFKA_PYTHON_BACKOFF_MAX_30S = (2, 0, 4)
@@ -449,153 +402,132 @@ def _kafka_python_storm(name: str, v: Version) -> str:
     )
 
 
-def _aiokafka_storm(name: str, v: Version) -> str:
-    return (
-        "aiokafka has no reconnect backoff setting: it retries after retry_backoff_ms "
-        "(default 100); raise it, and start one AIOKafkaProducer per process instead of one "
-        "per request."
-    )
+_AIOKAFKA_STORM = (
+    "aiokafka has no reconnect backoff setting: it retries after retry_backoff_ms "
+    "(default 100); raise it, and start one AIOKafkaProducer per process instead of one "
+    "per request."
+)
 
-
-def _kafka_rust_storm(name: str, v: Version) -> str:
-    return (
-        "kafka-rust retries after KafkaClient::set_retry_backoff_time (default 100 ms) up to "
-        "set_retry_max_attempts (default 1200, about two minutes): raise the backoff and reuse "
-        "one client."
-    )
+_KAFKA_RUST_STORM = (
+    "kafka-rust retries after KafkaClient::set_retry_backoff_time (default 100 ms) up to "
+    "set_retry_max_attempts (default 1200, about two minutes): raise the backoff and reuse "
+    "one client."
+)
 
 
 # ---- idle_zombie -----------------------------------------------------------------------------
-def _java_zombie(name: str, v: Version) -> str:
-    return (
-        "In the Java client only a negative connections.max.idle.ms disables idle expiry: "
-        "restore the default (540000; Admin 300000)."
-    )
+_JAVA_ZOMBIE = (
+    "In the Java client only a negative connections.max.idle.ms disables idle expiry: "
+    "restore the default (540000; Admin 300000)."
+)
 
+_LIBRDKAFKA_ZOMBIE = (
+    "librdkafka's connections.max.idle.ms defaults to 0 (never): set it, e.g. to 540000 "
+    "like the Java client, and destroy client handles the application no longer uses "
+    "(they keep their connections)."
+)
 
-def _librdkafka_zombie(name: str, v: Version) -> str:
-    return (
-        "librdkafka's connections.max.idle.ms defaults to 0 (never): set it, e.g. to 540000 "
-        "like the Java client, and destroy client handles the application no longer uses "
-        "(they keep their connections)."
-    )
+_SARAMA_ZOMBIE = (
+    "Sarama cannot close idle connections itself (no idle timeout, IBM/sarama#760): set the "
+    "broker's connections.max.idle.ms back to a finite value."
+)
 
+_KAFKA_GO_ZOMBIE = (
+    "kafka-go's Transport closes idle connections after Transport.IdleTimeout (default "
+    "30s), but a kafka.Conn opened with kafka.Dial or DialLeader has no idle timeout: "
+    "Close() it when done."
+)
 
-def _sarama_zombie(name: str, v: Version) -> str:
-    return (
-        "Sarama cannot close idle connections itself (no idle timeout, IBM/sarama#760): set the "
-        "broker's connections.max.idle.ms back to a finite value."
-    )
+_KAFKAJS_ZOMBIE = (
+    "KafkaJS has no idle timeout of its own, so only the broker's connections.max.idle.ms "
+    "closes these: call disconnect() on clients no longer in use."
+)
 
+_KAFKA_PYTHON_ZOMBIE = "Set kafka-python's connections_max_idle_ms back to its default, 540000."
 
-def _kafka_go_zombie(name: str, v: Version) -> str:
-    return (
-        "kafka-go's Transport closes idle connections after Transport.IdleTimeout (default "
-        "30s), but a kafka.Conn opened with kafka.Dial or DialLeader has no idle timeout: "
-        "Close() it when done."
-    )
+_AIOKAFKA_ZOMBIE = (
+    "aiokafka skips idle checks when connections_max_idle_ms is None: set it back to its "
+    "default, 540000."
+)
 
-
-def _kafkajs_zombie(name: str, v: Version) -> str:
-    return (
-        "KafkaJS has no idle timeout of its own, so only the broker's connections.max.idle.ms "
-        "closes these: call disconnect() on clients no longer in use."
-    )
-
-
-def _kafka_python_zombie(name: str, v: Version) -> str:
-    return "Set kafka-python's connections_max_idle_ms back to its default, 540000."
-
-
-def _aiokafka_zombie(name: str, v: Version) -> str:
-    return (
-        "aiokafka skips idle checks when connections_max_idle_ms is None: set it back to its "
-        "default, 540000."
-    )
-
-
-def _kafka_rust_zombie(name: str, v: Version) -> str:
-    return (
-        "kafka-rust never closes idle connections itself (kafka-rust#118): only a finite "
-        "connections.max.idle.ms on the broker closes them."
-    )
+_KAFKA_RUST_ZOMBIE = (
+    "kafka-rust never closes idle connections itself (kafka-rust#118): only a finite "
+    "connections.max.idle.ms on the broker closes them."
+)
 
 
 # ---- time_wait_pileup (client side: the client closes first) ---------------------------------
-def _franz_go_time_wait(name: str, v: Version) -> str:
-    return (
-        "franz-go closes connections idle for kgo.ConnIdleTimeout (default 30s) and dials "
-        "again at the next request: raise it (at most 15m) above the client's request "
-        "interval."
-    )
+_FRANZ_GO_TIME_WAIT = (
+    "franz-go closes connections idle for kgo.ConnIdleTimeout (default 30s) and dials "
+    "again at the next request: raise it (at most 15m) above the client's request "
+    "interval."
+)
 
-
-def _kafka_go_time_wait(name: str, v: Version) -> str:
-    return (
-        "kafka-go closes connections idle for Transport.IdleTimeout (default 30s) and dials "
-        "again at the next request: share one Transport with a longer IdleTimeout and reuse "
-        "one Writer."
-    )
+_KAFKA_GO_TIME_WAIT = (
+    "kafka-go closes connections idle for Transport.IdleTimeout (default 30s) and dials "
+    "again at the next request: share one Transport with a longer IdleTimeout and reuse "
+    "one Writer."
+)
 
 
 RULES: dict[str, dict[str, Rule]] = {
     "close_wait_buildup": {
-        "java": _java_close_wait,
-        "librdkafka": _librdkafka_close_wait,
+        "java": _JAVA_CLOSE_WAIT,
+        "librdkafka": _LIBRDKAFKA_CLOSE_WAIT,
         "sarama": _sarama_close_wait,
-        "franz-go": _franz_go_close_wait,
-        "kafka-go": _kafka_go_close_wait,
-        "kafkajs": _kafkajs_close_wait,
+        "franz-go": _FRANZ_GO_CLOSE_WAIT,
+        "kafka-go": _KAFKA_GO_CLOSE_WAIT,
+        "kafkajs": _KAFKAJS_CLOSE_WAIT,
         "kafka-python": _kafka_python_close_wait,
-        "aiokafka": _aiokafka_close_wait,
-        "kafka-rust": _kafka_rust_close_wait,
+        "aiokafka": _AIOKAFKA_CLOSE_WAIT,
+        "kafka-rust": _KAFKA_RUST_CLOSE_WAIT,
     },
     "idle_churn": {
-        "java": _java_idle_churn,
-        "librdkafka": _librdkafka_idle_churn,
-        "sarama": _sarama_idle_churn,
-        "franz-go": _franz_go_idle_churn,
-        "kafka-go": _kafka_go_idle_churn,
-        "kafkajs": _kafkajs_idle_churn,
-        "kafka-python": _kafka_python_idle_churn,
-        "aiokafka": _aiokafka_idle_churn,
-        "kafka-rust": _kafka_rust_idle_churn,
+        "java": _JAVA_IDLE_CHURN,
+        "librdkafka": _LIBRDKAFKA_IDLE_CHURN,
+        "sarama": _SARAMA_IDLE_CHURN,
+        "franz-go": _FRANZ_GO_IDLE_CHURN,
+        "kafka-go": _KAFKA_GO_IDLE_CHURN,
+        "kafkajs": _KAFKAJS_IDLE_CHURN,
+        "kafka-python": _KAFKA_PYTHON_IDLE_CHURN,
+        "aiokafka": _AIOKAFKA_IDLE_CHURN,
+        "kafka-rust": _KAFKA_RUST_IDLE_CHURN,
     },
     "duplicate_connections": {
-        "java": _java_duplicates,
+        "java": _JAVA_DUPLICATES,
         "librdkafka": _librdkafka_duplicates,
-        "sarama": _sarama_duplicates,
+        "sarama": _SARAMA_DUPLICATES,
         "franz-go": _franz_go_duplicates,
-        "kafka-go": _kafka_go_duplicates,
+        "kafka-go": _KAFKA_GO_DUPLICATES,
         "kafkajs": _kafkajs_duplicates,
-        "kafka-python": _kafka_python_duplicates,
-        "aiokafka": _aiokafka_duplicates,
-        "kafka-rust": _kafka_rust_duplicates,
+        "kafka-python": _KAFKA_PYTHON_DUPLICATES,
+        "aiokafka": _AIOKAFKA_DUPLICATES,
+        "kafka-rust": _KAFKA_RUST_DUPLICATES,
     },
     "connection_storm": {
-        "java": _java_storm,
-        "librdkafka": _librdkafka_storm,
-        "sarama": _sarama_storm,
-        "franz-go": _franz_go_storm,
-        "kafka-go": _kafka_go_storm,
-        "kafkajs": _kafkajs_storm,
+        "java": _JAVA_STORM,
+        "librdkafka": _LIBRDKAFKA_STORM,
+        "sarama": _SARAMA_STORM,
+        "franz-go": _FRANZ_GO_STORM,
+        "kafka-go": _KAFKA_GO_STORM,
+        "kafkajs": _KAFKAJS_STORM,
         "kafka-python": _kafka_python_storm,
-        "aiokafka": _aiokafka_storm,
-        "kafka-rust": _kafka_rust_storm,
+        "aiokafka": _AIOKAFKA_STORM,
+        "kafka-rust": _KAFKA_RUST_STORM,
     },
     "idle_zombie": {
-        "java": _java_zombie,
-        "librdkafka": _librdkafka_zombie,
-        "sarama": _sarama_zombie,
-        "kafka-go": _kafka_go_zombie,
-        "kafkajs": _kafkajs_zombie,
-        "kafka-python": _kafka_python_zombie,
-        "aiokafka": _aiokafka_zombie,
-        "kafka-rust": _kafka_rust_zombie,
+        "java": _JAVA_ZOMBIE,
+        "librdkafka": _LIBRDKAFKA_ZOMBIE,
+        "sarama": _SARAMA_ZOMBIE,
+        "kafka-go": _KAFKA_GO_ZOMBIE,
+        "kafkajs": _KAFKAJS_ZOMBIE,
+        "kafka-python": _KAFKA_PYTHON_ZOMBIE,
+        "aiokafka": _AIOKAFKA_ZOMBIE,
+        "kafka-rust": _KAFKA_RUST_ZOMBIE,
     },
     "time_wait_pileup": {
-        "franz-go": _franz_go_time_wait,
-        "kafka-go": _kafka_go_time_wait,
+        "franz-go": _FRANZ_GO_TIME_WAIT,
+        "kafka-go": _KAFKA_GO_TIME_WAIT,
     },
 }
 
@@ -610,4 +542,6 @@ def library_advice(kind: str, side: str, library: str | None, version: str | Non
     rule = RULES.get(kind, {}).get(library)
     if rule is None:
         return ""
+    if isinstance(rule, str):
+        return rule
     return rule(library_name(library, version), version_tuple(version))
