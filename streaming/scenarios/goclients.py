@@ -9,18 +9,17 @@ at all. ``python -m streaming.scenarios.goclients`` builds them (``make setup`` 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from streaming.scenarios import buildstamp
 from streaming.stack import artifacts
 
 # client kind (streaming.scenarios.model.CLIENTS) -> program under cmd/
 PROGRAMS = {"sarama": "sarama-client", "franz-go": "franz-client"}
-_MARKER = ".complete"
 
 
 class GoClientsError(RuntimeError):
@@ -41,17 +40,11 @@ def _sources() -> list[Path]:
 
 
 def _digest() -> str:
-    h = hashlib.sha256()
-    src = source_dir()
-    for f in _sources():
-        h.update(str(f.relative_to(src)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
+    return buildstamp.digest(source_dir(), _sources())
 
 
 def is_built() -> bool:
-    marker = build_dir() / _MARKER
-    return marker.exists() and marker.read_text().strip() == _digest()
+    return buildstamp.is_current(build_dir(), _digest())
 
 
 def binary(client: str) -> Path:
@@ -99,7 +92,7 @@ def ensure_built(quiet: bool = True) -> Path:
     missing = [p for p in PROGRAMS.values() if not (out / "bin" / p).exists()]
     if missing:
         raise GoClientsError(f"go build produced no {missing} in {out / 'bin'}")
-    (out / _MARKER).write_text(_digest())
+    buildstamp.mark(out, _digest())
     return out / "bin"
 
 

@@ -8,18 +8,17 @@ the pom and the sources makes a second run start neither Maven nor javac.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from streaming.scenarios import buildstamp
 from streaming.stack import artifacts
 
 MAIN_CLASS = "ConnmonDriver"
 MODES = ("producer", "idle-producer", "consumer", "stalled-consumer")
-_MARKER = ".complete"
 
 
 class JavaDriverError(RuntimeError):
@@ -35,17 +34,12 @@ def build_dir() -> Path:
 
 
 def _digest() -> str:
-    h = hashlib.sha256()
     src = source_dir()
-    for f in sorted([src / "pom.xml", *src.glob("src/*.java")]):
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
+    return buildstamp.digest(src, [src / "pom.xml", *src.glob("src/*.java")])
 
 
 def is_built() -> bool:
-    marker = build_dir() / _MARKER
-    return marker.exists() and marker.read_text().strip() == _digest()
+    return buildstamp.is_current(build_dir(), _digest())
 
 
 def ensure_built(quiet: bool = True) -> Path:
@@ -88,7 +82,7 @@ def ensure_built(quiet: bool = True) -> Path:
     )
     if proc.returncode != 0:
         raise JavaDriverError(f"javac failed: {proc.stderr[-2000:]}")
-    (out / _MARKER).write_text(_digest())
+    buildstamp.mark(out, _digest())
     return out
 
 

@@ -9,17 +9,16 @@ holding the hash of the three files makes a second run start no ``npm``.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from streaming.scenarios import buildstamp
 from streaming.stack import artifacts
 
 SCRIPT = "kafkajs-client.js"
 FILES = ("package.json", "package-lock.json", SCRIPT)
-_MARKER = ".complete"
 
 
 class NodeClientsError(RuntimeError):
@@ -35,16 +34,11 @@ def build_dir() -> Path:
 
 
 def _digest() -> str:
-    h = hashlib.sha256()
-    for name in FILES:
-        h.update(name.encode())
-        h.update((source_dir() / name).read_bytes())
-    return h.hexdigest()
+    return buildstamp.digest(source_dir(), [source_dir() / name for name in FILES])
 
 
 def is_built() -> bool:
-    marker = build_dir() / _MARKER
-    return marker.exists() and marker.read_text().strip() == _digest()
+    return buildstamp.is_current(build_dir(), _digest())
 
 
 def script() -> Path:
@@ -90,7 +84,7 @@ def ensure_built(quiet: bool = True) -> Path:
             f"npm ci in {out} failed (exit {proc.returncode}): "
             f"{(proc.stderr or proc.stdout)[-2000:]}"
         )
-    (out / _MARKER).write_text(_digest())
+    buildstamp.mark(out, _digest())
     return out
 
 
