@@ -23,6 +23,7 @@ class ProcInfo:
     container: str | None  # "<pod-uid>/<short-id>", the short id, or None (see pods.ContainerRef)
     pod: PodRef | None = None  # Kubernetes namespace and name, when the node's files tell
     ppid: int | None = None
+    start_time: int | None = None  # clock ticks since boot: tells a reused pid apart
 
 
 def parse_ppid(stat: str) -> int | None:
@@ -31,6 +32,15 @@ def parse_ppid(stat: str) -> int | None:
     fields = stat[stat.rfind(")") + 2 :].split()
     try:
         return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_start_time(stat: str) -> int | None:
+    """Field 22 of /proc/<pid>/stat, the process start time in clock ticks since boot."""
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
     except (IndexError, ValueError):
         return None
 
@@ -150,7 +160,10 @@ class ProcessTable:
         if ref is not None and ref.pod_uid and self.pods is not None:
             pod = self.pods.lookup(ref.pod_uid)
         try:
-            ppid: int | None = parse_ppid((base / "stat").read_text())
+            stat = (base / "stat").read_text()
         except OSError:
-            ppid = None
-        return ProcInfo(pid, comm, cmdline, exe, ref.label if ref else None, pod, ppid)
+            stat = ""
+        return ProcInfo(
+            pid, comm, cmdline, exe, ref.label if ref else None, pod, parse_ppid(stat),
+            parse_start_time(stat),
+        )  # fmt: skip

@@ -10,17 +10,7 @@ from streaming.agent.libraries.evidence import ProcessEvidence
 from streaming.agent.libraries.maps import MapsEvidence, from_maps
 from streaming.agent.libraries.model import MAX_CACHE, MAX_MAPS, UNKNOWN, ClientLibrary
 from streaming.agent.libraries.packages import dist_info_version
-from streaming.agent.procs import ProcInfo
-
-
-def parse_start_time(stat: str) -> int | None:
-    """Field 22 of /proc/<pid>/stat, the process start time in clock ticks since boot."""
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
+from streaming.agent.procs import ProcInfo, parse_start_time
 
 _NODE_NAMES = ("node", "nodejs")
 
@@ -50,12 +40,15 @@ class LibraryIdentifier(ProcessEvidence):
         self.identified = 0  # processes actually examined, for tests
 
     def identify(self, info: ProcInfo) -> ClientLibrary:
-        """Cached by (pid, process start time from /proc/<pid>/stat field 22), so a reused pid
-        is identified again; bounded cache; never raises (OSError/parse errors -> UNKNOWN)."""
-        try:
-            start = parse_start_time(self._read_text(info.pid, "stat", 4096))
-        except OSError:
-            return UNKNOWN
+        """Cached by (pid, process start time), so a reused pid is identified again; bounded
+        cache; never raises (OSError/parse errors -> UNKNOWN). The start time comes with
+        ``info`` (the process table read it); /proc is read for it only when it did not."""
+        start = info.start_time
+        if start is None:
+            try:
+                start = parse_start_time(self._read_text(info.pid, "stat", 4096))
+            except OSError:
+                return UNKNOWN
         if start is None:
             return UNKNOWN
         key = (info.pid, start)

@@ -9,10 +9,10 @@ from library_fakes import FakeProc, make_elf, shaded_jar, write
 
 from streaming.agent.libraries import UNKNOWN, ClientLibrary, LibraryIdentifier, identify
 from streaming.agent.libraries.elf import ElfFile
-from streaming.agent.libraries.identify import parse_start_time, runtime_of
+from streaming.agent.libraries.identify import runtime_of
 from streaming.agent.libraries.jars import KAFKA_VERSION_ENTRY
 from streaming.agent.libraries.maps import from_maps
-from streaming.agent.procs import ProcInfo
+from streaming.agent.procs import ProcInfo, parse_start_time
 
 
 def test_parse_start_time() -> None:
@@ -50,6 +50,33 @@ def test_cache_by_pid_and_start_time(tree: tuple[Path, Path]) -> None:
     p.stat(2000)
     assert ident.identify(info2).version == "4.0.0"
     assert ident.identified == 2
+
+
+def test_a_start_time_the_process_table_read_is_used_without_rereading_stat(
+    tree: tuple[Path, Path],
+) -> None:
+    import dataclasses
+
+    proc, fs = tree
+    p = FakeProc(proc, 905, fs)
+    info = p.info(["java", "-cp", "/l/kafka-clients-3.9.0.jar", "M"])
+    (p.dir / "stat").unlink()  # gone: only the given start time can key the cache
+    ident = LibraryIdentifier(str(proc))
+    assert ident.identify(info) == UNKNOWN
+    known = dataclasses.replace(info, start_time=1000)
+    assert ident.identify(known).version == "3.9.0"
+    # A reused pid comes with another start time from the process table: identified again.
+    assert ident.identify(dataclasses.replace(known, start_time=2000)).version == "3.9.0"
+    assert ident.identified == 2
+
+
+def test_the_process_table_reads_the_start_time(tmp_path: Path) -> None:
+    from streaming.agent.procs import ProcessTable
+
+    FakeProc(tmp_path, 906, tmp_path).stat(4321)
+    (tmp_path / "906" / "comm").write_text("java\n")
+    info = ProcessTable(str(tmp_path)).info(906)
+    assert info is not None and info.start_time == 4321 and info.ppid == 1
 
 
 def test_cache_is_bounded(tree: tuple[Path, Path]) -> None:
