@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from streaming.scenarios import buildstamp
@@ -111,24 +112,32 @@ def command(
         "-cp",
         cp,
         MAIN_CLASS,
-        "--mode",
-        mode,
-        "--app",
-        app,
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
+        *driver_args(mode, app, bootstrap, topic, group, interval_ms, props),
     ]
-    if group:
-        cmd += ["--group", group]
-    if interval_ms is not None:
-        cmd += ["--interval-ms", str(interval_ms)]
     if poll_for_s is not None:
         cmd += ["--poll-for-s", str(poll_for_s)]
-    for k, v in (props or {}).items():
-        cmd += ["--prop", f"{k}={v}"]
     return cmd
+
+
+def driver_args(
+    mode: str,
+    app: str,
+    bootstrap: str,
+    topic: str,
+    group: str | None = None,
+    interval_ms: int | None = None,
+    props: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The command line every scenario client program takes (this driver, the Go and Node.js
+    programs): ``--mode --app --bootstrap --topic [--group] [--interval-ms] [--prop k=v]...``."""
+    args = ["--mode", mode, "--app", app, "--bootstrap", bootstrap, "--topic", topic]
+    if group:
+        args += ["--group", group]
+    if interval_ms is not None:
+        args += ["--interval-ms", str(interval_ms)]
+    for k, v in (props or {}).items():
+        args += ["--prop", f"{k}={v}"]
+    return args
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import os
 import shutil
 from collections.abc import Mapping
 
-from streaming.scenarios import goclients, nodeclients
+from streaming.scenarios import goclients, javadriver, nodeclients
 
 MODES = ("producer", "idle-producer", "consumer")
 NICE = ("nice", "-n", "10")
@@ -61,15 +61,8 @@ def command(
     if mode not in MODES:
         raise ValueError(f"{client} mode {mode!r} is not one of {MODES}")
     nice = list(NICE) if shutil.which(NICE[0]) else []
-    argv = [*nice, *program(client), "--mode", mode, "--app", app, "--bootstrap", bootstrap]
-    argv += ["--topic", topic]
-    if group:
-        argv += ["--group", group]
-    if interval_ms is not None:
-        argv += ["--interval-ms", str(interval_ms)]
-    for k, v in (props or {}).items():
-        argv += ["--prop", f"{k}={v}"]
-    return argv
+    args = javadriver.driver_args(mode, app, bootstrap, topic, group, interval_ms, props)
+    return [*nice, *program(client), *args]
 
 
 def main(argv: list[str] | None = None) -> int:
