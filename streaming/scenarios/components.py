@@ -123,8 +123,6 @@ def exporter_argv(home: str, listen: str) -> list[str]:
         FINDINGS,
         "--status-topic",
         JOB_STATUS,
-        "--staleness",
-        "120",
     )
 
 
