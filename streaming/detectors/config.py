@@ -57,6 +57,9 @@ class DetectorConfig:
     # Windows shared by the job's aggregates.
     window_s: float = 60.0
     watermark_s: float = 120.0
+    # A host whose newest event time is off the fleet's (ahead of the job's clock, or behind
+    # with late events) by more than this has its events counted as skewed, per host.
+    clock_skew_tolerance_s: float = 10.0
 
     # connections.max.idle.ms defaults (Java clients 540 s, brokers 600 s), used to tell which
     # side's timer fired and to word recommendations.

@@ -4,6 +4,9 @@ query; then, when the fleet's event time has moved on by ``tick_every_s``, one t
 with the fleet's newest event time; dead letters when the batch has any. The driver handles
 counts only: partial rows go from the executors to their sink.
 
+The fleet's event time is bounded by the job's clock and partial rows behind the watermark are
+dropped and counted here, per host (``clocks``), so the state query rarely sees a late one.
+
 Decoding happens here, not on the stream: Spark hands ``foreachBatch`` its batch as an already
 computed RDD, so columns computed before it are computed in full for every row and every action
 on the batch (measured: a third slower per batch, see benchmarks/job/README.md)."""
@@ -19,7 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job import parse, partial_rows
+from streaming.job import clocks, parse, partial_rows
 from streaming.job.buckets import END, TICK, bucket_column
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ class BatchStats:
     dead_letter_total: int  # since the job started
     late_events_total: int  # since the job started
     input_rows: int = 0  # records of this batch: valid and rejected
+    hosts: list[dict[str, Any]] = field(default_factory=list)  # clocks.HostClocks.snapshot
 
 
 @dataclass
@@ -46,16 +50,18 @@ class BatchCounts:
     """Counted while a batch's partial rows are written."""
 
     events: Counter[str] = field(default_factory=Counter)  # reason ("" = valid) -> records
-    max_event_s: float | None = None
+    max_event_s: float | None = None  # newest event time, bounded by the job's clock
     buckets: set[int] = field(default_factory=set)  # buckets that got rows
+    late: int = 0  # events of rows behind the watermark: counted, not written
+    hosts: dict[str, clocks.HostBatch] = field(default_factory=dict)  # reported hosts only
 
     @property
     def rejected(self) -> dict[str, int]:
         return {r: n for r, n in self.events.items() if r}
 
 
-# Writes a batch's partial rows (``bucket``, ``key``, ``value``, ``reason``, ``events``,
-# ``last_event_s``) and returns the counts; writes end markers ``(key, value)``.
+# Writes a batch's partial rows (``Ingest.rows``) and returns the counts; writes end markers
+# ``(key, value)``.
 PartialsWriter = Callable[["DataFrame", int], BatchCounts]
 EndWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
 
@@ -73,15 +79,30 @@ def tick_due(ticked: float | None, newest: float | None, every_s: float) -> bool
 
 
 def count_rows(rows: Iterable[Any], counts: BatchCounts) -> Iterable[Any]:
-    """Pass the valid rows through, counting every row's events by reason."""
+    """Pass the valid rows that are not late through, counting every row's events by reason,
+    and per host the hosts with late rows or a clock ahead of the job's (``counts.hosts``)."""
+    hosts: dict[str, clocks.HostBatch] = {}
+    report: set[str] = set()
     for r in rows:
         counts.events[r.reason or ""] += r.events
-        if r.reason is None:
-            counts.buckets.add(r.bucket)
-            t = r.last_event_s
-            if t is not None and (counts.max_event_s is None or t > counts.max_event_s):
-                counts.max_event_s = t
-            yield r
+        if r.reason is not None:
+            continue
+        h = hosts.get(r.host)
+        if h is None:
+            h = hosts[r.host] = clocks.HostBatch()
+        h.add(r.events, r.late, r.last_event_s)
+        if r.late or r.ahead:
+            report.add(r.host)
+        if r.late:
+            counts.late += r.events
+            continue
+        counts.buckets.add(r.bucket)
+        t = r.progress_s
+        if t is not None and (counts.max_event_s is None or t > counts.max_event_s):
+            counts.max_event_s = t
+        yield r
+    for host in report:
+        counts.hosts[host] = hosts[host]
 
 
 class Ingest:
@@ -98,6 +119,7 @@ class Ingest:
         max_age_s: float | None = None,
         max_future_s: float | None = None,
         tick_every_s: float = 0.0,
+        bound_by_clock: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_id = run_id
@@ -113,6 +135,10 @@ class Ingest:
         self.tick_every_s = tick_every_s
         self._ticked: float | None = None  # event time of the last tick
         self.dead_letter_total = 0
+        self.late_total = 0
+        # Live, the fleet's event time never passes the job's clock; replay has no "now".
+        self.bound_by_clock = bound_by_clock
+        self.hosts = clocks.HostClocks(cfg.clock_skew_tolerance_s)
         self.stats: BatchStats | None = None
 
     @cached_property
@@ -124,30 +150,56 @@ class Ingest:
         """Built on first use: Spark columns need a SparkContext."""
         return partial_rows.PartialRows(self.cfg)
 
-    def rows(self, decoded: DataFrame, batch_id: int) -> DataFrame:
-        """The batch's partial rows as records for the state query, with what is counted."""
+    def watermark(self) -> float | None:
+        """Newest event time of earlier batches minus the watermark, as the state query's."""
+        return None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
+
+    def rows(self, decoded: DataFrame, batch_id: int, now: float | None = None) -> DataFrame:
+        """The batch's partial rows as records for the state query (``key``, ``value``), with
+        what is counted: ``reason``, ``events``, ``host``, ``last_event_s``, ``progress_s``
+        (the event time bounded by ``now``), ``late`` (behind the watermark) and ``ahead``
+        (newer than ``now`` by more than the clock tolerance)."""
         from pyspark.sql import functions as F
 
         parts = self.aggregate(decoded)
+        last = F.col("last_event_s")
+        progress = last if now is None else F.least(last, F.lit(now))
+        parts = parts.withColumn("progress_s", progress)
         fields = [F.col(c) for c in parts.columns if c != "reason"]
         value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
         key = F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string"))
+        wm = self.watermark()
+        late = F.lit(False)
+        if wm is not None:
+            late = F.col("window_start_s") + F.lit(self.cfg.window_s) <= F.lit(wm)
+        ahead = F.lit(False)
+        if now is not None:
+            ahead = last > F.lit(now + self.cfg.clock_skew_tolerance_s)
         return parts.withColumn("bucket", bucket_column(self.buckets)).select(
             "bucket",
             F.when(F.col("reason").isNull(), key).alias("key"),
             F.when(F.col("reason").isNull(), value).alias("value"),
             "reason",
             "events",
+            "host",
             "last_event_s",
+            "progress_s",
+            F.coalesce(late, F.lit(False)).alias("late"),
+            F.coalesce(ahead, F.lit(False)).alias("ahead"),
         )
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.perf_counter()
-        df = self.decode(raw, now=time.time())
-        counts = self.write_partials(self.rows(df, batch_id), batch_id)
+        now = time.time()
+        df = self.decode(raw, now=now)
+        bound = now if self.bound_by_clock else None
+        counts = self.write_partials(self.rows(df, batch_id, bound), batch_id)
         t1 = time.perf_counter()
         if counts.rejected:  # a second read of this batch, only when it holds bad records
             self.write_dead_letters(df, batch_id)
+        if counts.hosts:
+            fleet = counts.max_event_s if counts.max_event_s is not None else self.max_event_s
+            self.hosts.update(counts.hosts, clocks.bounded(fleet, bound), now)
         if counts.max_event_s is not None and (
             self.max_event_s is None or counts.max_event_s > self.max_event_s
         ):
@@ -163,25 +215,45 @@ class Ingest:
         if to:
             self.write_ends([(bucket_key(self.run_id, b), end) for b in to])
         self.dead_letter_total += sum(counts.rejected.values())
-        wm = None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
+        self.late_total += counts.late
         self.stats = BatchStats(
-            batch_id, wm, self.max_event_s, self.dead_letter_total, 0, sum(counts.events.values())
+            batch_id,
+            self.watermark(),
+            self.max_event_s,
+            self.dead_letter_total,
+            self.late_total,
+            sum(counts.events.values()),
+            self.hosts.snapshot(now) if self.hosts.hosts else [],
         )
         log.info(
-            "batch %d: %d record(s), %d rejected; partial rows %.2fs, dead letters and ends %.2fs",
+            "batch %d: %d record(s), %d rejected, %d late; partial rows %.2fs, dead letters and "
+            "ends %.2fs",
             batch_id,
             sum(counts.events.values()),
             sum(counts.rejected.values()),
+            counts.late,
             t1 - t0,
             time.perf_counter() - t1,
         )
 
 
+def counts_dict(c: BatchCounts) -> dict[str, Any]:
+    """``BatchCounts`` as the plain dict an executor sends back (``merge_counts`` reads it)."""
+    return {
+        "events": dict(c.events),
+        "max_event_s": c.max_event_s,
+        "buckets": sorted(c.buckets),
+        "late": c.late,
+        "hosts": {h: b.to_dict() for h, b in c.hosts.items()},
+    }
+
+
 def merge_counts(into: BatchCounts, other: Mapping[str, Any]) -> None:
-    """Fold counts sent back from an executor (``{"events": {...}, "max_event_s": t,
-    "buckets": [...]}``)."""
+    """Fold counts sent back from an executor (``counts_dict``)."""
     into.events.update(other.get("events") or {})
     into.buckets.update(other.get("buckets") or ())
+    into.late += int(other.get("late") or 0)
+    clocks.merge_hosts(into.hosts, other.get("hosts") or {})
     t = other.get("max_event_s")
     if t is not None and (into.max_event_s is None or t > into.max_event_s):
         into.max_event_s = t
@@ -191,13 +263,10 @@ class CountsParam:
     """Spark accumulator of ``BatchCounts`` (as plain dicts) from the executors."""
 
     def zero(self, _value: dict) -> dict:
-        return {"events": {}, "max_event_s": None, "buckets": []}
+        return counts_dict(BatchCounts())
 
     def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - Spark's API
-        c = BatchCounts(Counter(a["events"]), a["max_event_s"], set(a["buckets"]))
+        c = BatchCounts()
+        merge_counts(c, a)
         merge_counts(c, b)
-        return {
-            "events": dict(c.events),
-            "max_event_s": c.max_event_s,
-            "buckets": sorted(c.buckets),
-        }
+        return counts_dict(c)

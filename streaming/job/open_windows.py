@@ -7,9 +7,9 @@ and turns a window into the finished row that ``records`` reads. Pure Python: th
 ``OpenWindows`` per state bucket (``buckets``), saved as a JSON-able document in Spark's state
 store.
 
-Watermark: the newest event time of the whole fleet seen in earlier batches minus
-``watermark_s``. An event is late when its window ended at or before the watermark (the window
-was closed and evicted).
+Watermark: the newest event time of the whole fleet seen in earlier batches (each bounded by the
+job's clock when its batch started) minus ``watermark_s``. An event is late when its window
+ended at or before the watermark (the window was closed and evicted).
 """
 
 from __future__ import annotations
@@ -258,7 +258,8 @@ class OpenWindows:
             if w is not None and _seen(w, part):
                 duplicates += 1
                 continue
-            newest = _max(newest, part.get("last_event_s"))
+            progress = part.get("progress_s")  # bounded by the job's clock (``clocks``)
+            newest = _max(newest, part.get("last_event_s") if progress is None else progress)
             if w is None:
                 w = self.open[key] = new_window(part)
             else:

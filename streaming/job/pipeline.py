@@ -45,6 +45,7 @@ from streaming.job.ingest import (
     Ingest,
     bucket_key,
     count_rows,
+    counts_dict,
     merge_counts,
 )
 from streaming.job.session import connector_package, stop_query
@@ -150,7 +151,7 @@ def produce_partials(
     every row counted."""
     c = BatchCounts()
     produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c))
-    counts.add({"events": dict(c.events), "max_event_s": c.max_event_s, "buckets": list(c.buckets)})
+    counts.add(counts_dict(c))
 
 
 def produce_state(
@@ -313,7 +314,9 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
 
     def stats() -> Any:
         st = ingest.stats
-        return None if st is None else dataclasses.replace(st, late_events_total=totals.late)
+        if st is None:
+            return None
+        return dataclasses.replace(st, late_events_total=st.late_events_total + totals.late)
 
     listener = StatusListener(s.job_id, publish_status, stats)
     spark.streams.addListener(listener)
@@ -395,6 +398,7 @@ def replay(
             keep_dead,
             max_age_s,
             max_future_s,
+            bound_by_clock=False,
         )
         _run_to_end(
             file_source(spark, events).writeStream.foreachBatch(ingest),

@@ -49,6 +49,7 @@ def status_from_progress(p: Any, job_id: str, stats: BatchStats | None) -> JobSt
         dead_letter_total=stats.dead_letter_total if stats is not None else 0,
         late_events_total=stats.late_events_total if stats is not None else 0,
         last_event_time=iso(max_event) if max_event is not None else None,
+        hosts=list(stats.hosts) if stats is not None else [],
     )
 
 

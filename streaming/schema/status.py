@@ -41,6 +41,9 @@ class JobStatus:
     last_event_time: str | None
     # records a topic refused and the job dropped: [{"topic", "error", "total"}], since start
     produce_errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # hosts whose clock is off or whose events arrived late: [{"host", "clock_offset_s",
+    # "skewed_events_total", "late_events_total"}], the most skewed first
+    hosts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

@@ -21,6 +21,14 @@ def _progress(batch: int, name: str = "aggregates") -> dict:
     }
 
 
+HOST = {
+    "host": "web-7",
+    "clock_offset_s": 181.4,
+    "skewed_events_total": 5520,
+    "late_events_total": 0,
+}
+
+
 def test_status_record_matches_the_contract_example():
     stats = BatchStats(
         batch_id=42,
@@ -29,6 +37,7 @@ def test_status_record_matches_the_contract_example():
         dead_letter_total=3,
         late_events_total=0,
         input_rows=2400,
+        hosts=[HOST],
     )
     st = status_from_progress(_progress(42), "connmon-job", stats).to_dict()
     assert st == {
@@ -47,6 +56,7 @@ def test_status_record_matches_the_contract_example():
         "late_events_total": 0,
         "last_event_time": "2026-11-21T05:01:01.900Z",
         "produce_errors": [],
+        "hosts": [HOST],
     }
 
 
