@@ -114,8 +114,10 @@ IDLE_CHURN = Scenario(
         ),
     ),
     expect=(
-        Expect("idle_churn", "churn-java-producer"),
-        Expect("idle_churn", "churn-rdk-producer"),
+        Expect("idle_churn", "churn-java-producer", library="java", advice="540000"),
+        Expect(
+            "idle_churn", "churn-rdk-producer", library="librdkafka", advice="default 0 = never"
+        ),
     ),
     detector=_uses("idle_churn_min_idle_s", "idle_churn_min_cycles", "idle_churn_window_s"),
     # The first test of the e2e session, so the one deadline that meets the job's start: its
@@ -163,7 +165,12 @@ CLOSE_WAIT = Scenario(
         ),
     ),
     expect=(
-        Expect("close_wait_buildup", "closewait-java-stalled"),
+        Expect(
+            "close_wait_buildup",
+            "closewait-java-stalled",
+            library="java",
+            advice="max.poll.interval.ms",
+        ),
         Expect("close_wait_buildup", "closewait-raw-leak"),
     ),
     detector=_uses("close_wait_grace_s"),
@@ -441,8 +448,8 @@ SARAMA = Scenario(
     # fire and resolve, often within one batch of a job catching up after its start, so they
     # are not expected here (docs/observed-client-behaviour.md has them).
     expect=(
-        Expect("close_wait_buildup", "sarama-consumer"),
-        Expect("idle_churn", "sarama-idle-producer"),
+        Expect("close_wait_buildup", "sarama-consumer", library="sarama", advice="IBM/sarama#760"),
+        Expect("idle_churn", "sarama-idle-producer", library="sarama", advice="IBM/sarama#3172"),
         *_quiet("sarama-producer", "idle_churn", "duplicate_connections", "idle_zombie"),
         *_quiet("sarama-consumer", "idle_churn", "duplicate_connections", "idle_zombie"),
     ),
@@ -490,7 +497,7 @@ FRANZ_GO = Scenario(
     expect=(
         *_quiet("franz-producer"),
         *_quiet("franz-consumer"),
-        Expect("idle_churn", "franz-idle-broker"),
+        Expect("idle_churn", "franz-idle-broker", library="franz-go", advice="kgo.ConnIdleTimeout"),
     ),
     detector=_LIBRARY_SETTINGS,
     expect_within_s=LIBRARY_EXPECT_S,
@@ -521,7 +528,12 @@ KAFKAJS = Scenario(
     expect=(
         *_quiet("kafkajs-producer"),
         *_quiet("kafkajs-consumer"),
-        Expect("idle_churn", "kafkajs-idle-producer"),
+        Expect(
+            "idle_churn",
+            "kafkajs-idle-producer",
+            library="kafkajs",
+            advice="KafkaJS has no client-side idle timeout",
+        ),
         *_quiet("kafkajs-idle-producer", "close_wait_buildup"),
     ),
     detector=_LIBRARY_SETTINGS,

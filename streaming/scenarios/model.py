@@ -76,13 +76,16 @@ class Expect:
     """A finding of ``kind`` (None: any kind) for client ``app`` must (not) appear. ``app`` may
     be ``ANY_APP``: any app and side that belongs to no other scenario (host-level findings,
     broker-side findings, unattributed sockets). ``cluster``: only findings for that cluster
-    (None: any)."""
+    (None: any). ``library``: the client library the finding must name; ``advice``: words its
+    recommendation must contain (the library's own advice)."""
 
     kind: str | None
     app: str
     present: bool = True
     side: str = "client"
     cluster: str | None = None
+    library: str | None = None
+    advice: str | None = None
 
 
 @dataclass(frozen=True)

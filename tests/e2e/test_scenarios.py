@@ -8,7 +8,10 @@ independent observer saw the clients do, which is also the first thing to read o
 
 from __future__ import annotations
 
+import json
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ ORDER = [n for n in catalog.SCENARIOS if n != "healthy"] + ["healthy"]
 # Startup of the job/agent lags the clients a little; findings need this much on top.
 SLACK_S = 60.0
 LOOKBACK = "30m"
+REPO = Path(__file__).parents[2]
 
 
 def _others(s: Scenario) -> frozenset[str]:
@@ -90,6 +94,14 @@ def test_scenario(scenario_session, name: str) -> None:
     unwanted = {e: _fired(session, s, e) for e in negatives}
     unwanted = {e: f for e, f in unwanted.items() if f}
     assert not unwanted, f"false positives: {unwanted}\n{_diagnostics(session, s)}"
+    # The client library the finding names, and its own advice in the recommendation.
+    for e in positives:
+        if e.library is None:
+            continue
+        named = [f for f in _fired(session, s, e) if f.get("client_library") == e.library]
+        assert named, f"no {e.kind} finding for {e.app} names {e.library}: {_fired(session, s, e)}"
+        advised = [f for f in named if e.advice in (f.get("recommendation") or "")]
+        assert advised, f"{e.advice!r} not in {named[-1].get('recommendation')!r}"
 
     # 2. The metric in Prometheus (max_over_time: a finding that has resolved since counts).
     for e in positives:
@@ -176,6 +188,20 @@ def _library_labels(prom, app: str, timeout_s: float) -> set[tuple[str, str]]:
     return {(r["metric"]["client_library"], r["metric"]["client_version"]) for r in prom.query(q)}
 
 
+def _go_requires() -> dict[str, str]:
+    """Module -> version (without the ``v``) that the scenario Go clients' go.mod requires."""
+    text = (REPO / "deploy" / "local" / "go-clients" / "go.mod").read_text()
+    return {m: v for m, v in re.findall(r"^\s*(\S+) v(\S+)\s*$", text, re.M)}
+
+
+def _npm_locked(package: str) -> str:
+    """The version of ``package`` the scenario Node clients' package-lock.json pins."""
+    lock = json.loads(
+        (REPO / "deploy" / "local" / "node-clients" / "package-lock.json").read_text()
+    )
+    return lock["packages"][f"node_modules/{package}"]["version"]
+
+
 def test_each_clients_library_and_version_are_identified(scenario_session) -> None:
     """The agent names each client's library and version as the client's own build pins
     them, and the name reaches Prometheus and the findings."""
@@ -187,7 +213,14 @@ def test_each_clients_library_and_version_are_identified(scenario_session) -> No
     prom = session.components.prometheus
     java = ("java", artifacts.pom_property("kafka", "kafka.version"))
     rdkafka = ("librdkafka", confluent_kafka.libversion()[0])
-    expected = {"dup-java-producer": java, "dup-rdk-consumer": rdkafka}
+    go = _go_requires()
+    expected = {
+        "dup-java-producer": java,
+        "dup-rdk-consumer": rdkafka,
+        "sarama-producer": ("sarama", go["github.com/IBM/sarama"]),
+        "franz-producer": ("franz-go", go["github.com/twmb/franz-go"]),
+        "kafkajs-producer": ("kafkajs", _npm_locked("kafkajs")),
+    }
     for app, want in expected.items():
         assert _library_labels(prom, app, timeout_s=180) == {want}, app
     s = catalog.SCENARIOS["idle-churn"]
