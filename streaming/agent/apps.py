@@ -1,7 +1,9 @@
 """Application names for processes: configured rules first, then defaults.
 
 A rule is a regex matched against the cmdline (args joined by spaces), the executable path, the
-comm or the Kubernetes pod ("<namespace>/<pod name>", empty outside pods); the first match wins
+comm, the Kubernetes pod ("<namespace>/<pod name>", empty outside pods) or one of the pod's
+labels (``label:<key>``: the label's value; a process whose pod lacks the label, or that is in
+no pod, does not match; labels come from the API server only, ``kubeapi``); the first match wins
 and its name may use the match's groups (``\\1``). Defaults: in a pod, ``<namespace>/<workload>``
 (the pod name without the suffix its controller generated, so every replica and every rollout
 of a Deployment is one app); else a Java main class (``kafka.Kafka`` is ``kafka-broker``) or
@@ -18,13 +20,14 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from streaming.agent.pods import workload_name
+from streaming.agent.pods import PodRef, workload_name
 from streaming.agent.procs import ProcInfo
 from streaming.schema.aggregates import CONNMON_COMMANDS
 
 MAX_NAME = 64
 UNKNOWN = "unknown"
 FIELDS = ("cmdline", "exe", "comm", "pod")
+LABEL_PREFIX = "label:"  # "label:<key>": a pod label's value
 
 # Java main classes with a well-known meaning.
 KNOWN_MAIN_CLASSES = {
@@ -43,11 +46,23 @@ _JAR_VERSION = re.compile(r"[-_]v?\d+(\.\d+)*([.-][A-Za-z0-9]+)*$")
 
 @dataclass(frozen=True)
 class AppRule:
-    """``pattern`` searched in ``field`` (cmdline|exe|comm); ``name`` may reference groups."""
+    """``pattern`` searched in ``field`` (cmdline|exe|comm|pod|label:<key>); ``name`` may
+    reference groups."""
 
     pattern: re.Pattern[str]
     name: str
     field: str = "cmdline"
+
+    @property
+    def label_key(self) -> str | None:
+        """The pod label this rule reads, None for the other fields."""
+        prefix, _, key = self.field.partition(":")
+        return key if prefix + ":" == LABEL_PREFIX else None
+
+
+def label_keys(rules: Iterable[AppRule]) -> frozenset[str]:
+    """The pod labels the rules read (the only ones the agent keeps)."""
+    return frozenset(k for k in (r.label_key for r in rules) if k is not None)
 
 
 def sanitize(name: str) -> str:
@@ -150,12 +165,12 @@ class AppNamer:
     ) -> None:
         self.rules = tuple(rules)
         self.parent_of = parent_of
-        self._cache: dict[tuple[int, tuple[str, ...]], str] = {}
+        self._cache: dict[tuple[int, tuple[str, ...], PodRef | None], str] = {}
 
     def name(self, info: ProcInfo | None) -> str:
         if info is None:
             return UNKNOWN
-        key = (info.pid, info.cmdline)
+        key = (info.pid, info.cmdline, info.pod)  # a pod's labels may arrive or change later
         cached = self._cache.get(key)
         if cached is None:
             if len(self._cache) > 10000:
@@ -168,7 +183,11 @@ class AppNamer:
         texts = {"cmdline": " ".join(info.cmdline), "exe": info.exe or "", "comm": info.comm,
                  "pod": pod}  # fmt: skip
         for rule in self.rules:
-            m = rule.pattern.search(texts[rule.field])
+            key = rule.label_key
+            text = texts[rule.field] if key is None else info.pod.label(key) if info.pod else None
+            if text is None:
+                continue
+            m = rule.pattern.search(text)
             if m:
                 return sanitize(m.expand(rule.name))
         if SPARK_SUBMIT in info.cmdline and info.ppid and self.parent_of is not None:

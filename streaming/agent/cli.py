@@ -57,6 +57,11 @@ def register(subparsers: Any) -> None:
         choices=agent_config.NETWORK_NAMESPACES,
         help="scan every network namespace on the host (all, default) or only the agent's (own)",
     )
+    p.add_argument(
+        "--kubernetes-api",
+        choices=("auto", "on", "off"),
+        help="pod names and labels from the Kubernetes API server (default auto: in a pod)",
+    )
     p.add_argument("--host", help="host name in events (default: this host's name)")
     p.add_argument("--queue-size", type=int, help="bounded local event queue (default 10000)")
     p.add_argument("--proc-root", help=argparse.SUPPRESS)
@@ -87,6 +92,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.bootstrap_servers:
         flags["kafka"] = {"bootstrap.servers": args.bootstrap_servers}
+    if getattr(args, "kubernetes_api", None):
+        flags["kubernetes"] = {"api": args.kubernetes_api}
     return flags
 
 
@@ -103,13 +110,15 @@ def check_events_topic(cfg: agent_config.AgentConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     """Scan until SIGTERM/SIGINT (or ``--max-scans``), then flush what is queued (up to
     ``flush_timeout_s``), log one line and exit 0."""
+    from streaming.agent.kubeapi import START_WAIT_S
     from streaming.agent.metrics import AgentMetrics
     from streaming.agent.producer import KafkaSink, StreamSink
-    from streaming.agent.runner import Agent, make_refresher
+    from streaming.agent.runner import Agent, make_pod_watcher, make_refresher
 
     stop = StopSignal("agent").install()  # a signal during the start is acted on after it
     cfg = agent_config.load(args.config, _flags(args))
     metrics = AgentMetrics()
+    pods = make_pod_watcher(cfg, metrics)
     if args.output:
         stream = sys.stdout if args.output == "-" else open(args.output, "a")  # noqa: SIM115
         sink: Any = StreamSink(stream, metrics)
@@ -122,11 +131,17 @@ def run(args: argparse.Namespace) -> int:
     refresher = make_refresher(cfg, metrics)
     # Learn brokers before the first scan, so the first events carry broker ids.
     refresher.refresh_due(timeout_s=cfg.metadata_timeout_s)
-    agent = Agent(cfg, sink, metrics, refresher)
+    if pods is not None:
+        # The first scan names pods (and applies label rules) from the API's list if it comes
+        # in time; processes read before it are named again once it is in.
+        pods.start().wait_synced(START_WAIT_S)
+    agent = Agent(cfg, sink, metrics, refresher, pod_source=pods)
     agent.stop_event = stop.event
     if args.once:
         agent.scan(force_summary=True)
         sink.close(cfg.flush_timeout_s)
+        if pods is not None:
+            pods.stop()
         return 0
     if cfg.metrics_address:
         try:
@@ -151,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
         agent.run(max_scans=args.max_scans)
     finally:
         refresher.stop()
+        if pods is not None:
+            pods.stop()
         left = sink.close(cfg.flush_timeout_s)
     undelivered = f"{left} event(s) not delivered" if left else ""
     if stop.requested:

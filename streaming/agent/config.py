@@ -27,8 +27,12 @@ File layout (YAML; TOML has the same keys)::
         broker_id: 1                # on a broker host: this broker's id
         metadata_refresh_s: 60
         kafka: {security.protocol: SSL}                   # for the metadata client
-    apps:
+    kubernetes:                     # pod names and labels from the API server (kubeapi.py)
+      api: auto                     # auto: on in a pod with a service account token | on | off
+      node_name: node-1             # default: the NODE_NAME environment variable
+    apps:                           # on: cmdline (default) | exe | comm | pod | label:<key>
       - {match: "orders-(\\w+)", name: "orders-\\1", on: cmdline}
+      - {match: "(.+)", name: "\\1", on: "label:app.kubernetes.io/name"}
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.agent.apps import FIELDS as APP_FIELDS
-from streaming.agent.apps import AppRule
+from streaming.agent.apps import LABEL_PREFIX, AppRule
 from streaming.agent.collector import COLLECTORS
 from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
 from streaming.agent.kafka_meta import split_host_port
+from streaming.agent.kubeapi import API_MODES, valid_label_key
 from streaming.errors import ConfigError
 from streaming.options import parse_bool, read_config_file
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
@@ -62,6 +67,14 @@ class ClusterConfig:
     broker_id: int | None = None
     metadata_refresh_s: float = 60.0
     kafka: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """``kubernetes:``: whether pods are watched on the API server, and this node's name."""
+
+    api: str = "auto"  # auto | on | off (kubeapi.in_cluster resolves auto at start)
+    node_name: str | None = None  # None: the NODE_NAME environment variable
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,7 @@ class AgentConfig:
     network_namespaces: str = "all"
     kafka: Mapping[str, str] = field(default_factory=dict)
     apps: tuple[AppRule, ...] = ()
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     proc_root: str = "/proc"
     flush_timeout_s: float = 10.0
     metadata_timeout_s: float = 5.0
@@ -113,7 +127,9 @@ _SCALARS: dict[str, Any] = {
     "flush_timeout_s": float,
     "metadata_timeout_s": float,
 }
-_KNOWN_TOP = set(_SCALARS) | {"kafka", "clusters", "apps"}
+_KNOWN_TOP = set(_SCALARS) | {"kafka", "clusters", "apps", "kubernetes"}
+_KNOWN_KUBERNETES = ("api", "node_name")
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _KNOWN_CLUSTER = {
     "name",
     "bootstrap_servers",
@@ -126,7 +142,8 @@ _KNOWN_CLUSTER = {
 
 
 def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Settings from CONNMON_AGENT_* (scalars, BOOTSTRAP_SERVERS, CLUSTER_BOOTSTRAP, KAFKA_*)."""
+    """Settings from CONNMON_AGENT_* (scalars, BOOTSTRAP_SERVERS, CLUSTER_BOOTSTRAP, KAFKA_*,
+    KUBERNETES_API, KUBERNETES_NODE_NAME)."""
     out: dict[str, Any] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):
@@ -136,6 +153,8 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             out[name] = value
         elif name == "bootstrap_servers":
             out.setdefault("kafka", {})["bootstrap.servers"] = value
+        elif name.startswith("kubernetes_") and name[11:] in _KNOWN_KUBERNETES:
+            out.setdefault("kubernetes", {})[name[11:]] = value
         elif name == "cluster_bootstrap":
             out["cluster_bootstrap"] = [v for v in value.split(";") if v]
         elif name.startswith("kafka_"):
@@ -227,14 +246,41 @@ def _app_rule(raw: Any, i: int) -> AppRule:
     where = f"apps[{i}]"
     if not isinstance(raw, Mapping) or "match" not in raw or "name" not in raw:
         raise ConfigError(f"{where}: needs 'match' (a regex) and 'name'")
-    on = str(raw.get("on", "cmdline"))
-    if on not in APP_FIELDS:
-        raise ConfigError(f"{where}.on: must be one of {', '.join(APP_FIELDS)}, not {on!r}")
+    # YAML 1.1 (PyYAML) reads an unquoted `on` key as the boolean true.
+    on = str(raw.get("on", raw.get(True, "cmdline")))
+    if on.startswith(LABEL_PREFIX):
+        key = on.removeprefix(LABEL_PREFIX)
+        if not valid_label_key(key):
+            raise ConfigError(f"{where}.on: {key!r} is not a Kubernetes label key")
+    elif on not in APP_FIELDS:
+        fields = ", ".join((*APP_FIELDS, f"{LABEL_PREFIX}<key>"))
+        raise ConfigError(f"{where}.on: must be one of {fields}, not {on!r}")
     try:
         pattern = re.compile(str(raw["match"]))
     except re.error as exc:
         raise ConfigError(f"{where}.match: bad regex: {exc}") from None
     return AppRule(pattern, str(raw["name"]), on)
+
+
+def _kubernetes(raw: Any) -> KubernetesConfig:
+    if raw is None:
+        return KubernetesConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("kubernetes: must be a mapping (api, node_name)")
+    unknown = sorted(set(raw) - set(_KNOWN_KUBERNETES), key=str)
+    if unknown:
+        raise ConfigError(f"kubernetes.{unknown[0]}: unknown setting")
+    api = raw.get("api", "auto")
+    if isinstance(api, bool):  # YAML 1.1 reads unquoted on/off as booleans
+        api = "on" if api else "off"
+    api = str(api).strip().lower()
+    if api not in API_MODES:
+        raise ConfigError(f"kubernetes.api: must be one of {', '.join(API_MODES)}, not {api!r}")
+    node = raw.get("node_name")
+    node = str(node).strip() if node is not None else ""
+    if node and not _NODE_NAME.fullmatch(node):
+        raise ConfigError(f"kubernetes.node_name: {node!r} is not a Kubernetes node name")
+    return KubernetesConfig(api=api, node_name=node or None)
 
 
 def build(
@@ -250,6 +296,8 @@ def build(
                 continue
             if k == "kafka":
                 merged["kafka"] = {**merged.get("kafka", {}), **_kafka_conf(v, "kafka")}
+            elif k == "kubernetes" and isinstance(v, Mapping):
+                merged["kubernetes"] = {**(merged.get("kubernetes") or {}), **v}
             else:
                 merged[k] = v
     unknown = sorted(set(merged) - _KNOWN_TOP - {"cluster_bootstrap"})
@@ -311,6 +359,7 @@ def build(
         clusters=tuple(clusters),
         kafka=kafka,
         apps=tuple(_app_rule(r, i) for i, r in enumerate(apps)),
+        kubernetes=_kubernetes(merged.get("kubernetes")),
         metrics_security=security,
         **scalars,
     )

@@ -44,6 +44,8 @@ class AgentMetrics:
         self.namespaces = _gauge(names.NETWORK_NAMESPACES, reg)
         self.unreadable = _gauge(names.UNREADABLE_PROCESSES, reg)
         self.namespace_errors = _counter(names.NAMESPACE_ERRORS, reg)
+        self.kubernetes_api_errors = _counter(names.KUBERNETES_API_ERRORS, reg)
+        self.kubernetes_pods = _gauge(names.KUBERNETES_PODS, reg)
         self._namespace_errors: _Tally = _Tally()
         self._socket_keys: set[tuple[str, str]] = set()
         self.dropped_since_start = 0
@@ -51,6 +53,10 @@ class AgentMetrics:
     def drop(self, reason: str, n: int = 1) -> None:
         self.dropped.labels(reason).inc(n)
         self.dropped_since_start += n
+
+    def kubernetes_api_error(self, reason: str) -> None:
+        """One failed request to the API server (called from the watch thread)."""
+        self.kubernetes_api_errors.labels(reason).inc()
 
     def set_collector(self, name: str) -> None:
         for other in ("netlink", "proc"):

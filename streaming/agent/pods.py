@@ -1,8 +1,9 @@
 """Container and Kubernetes pod identity of a process, from files on the node.
 
 ``parse_cgroup`` reads a ``/proc/<pid>/cgroup`` text and names the container (runtime, 64-hex id)
-and the pod uid it belongs to. ``PodDirectory`` turns a pod uid into namespace and name from the
-kubelet's files (``/var/log/pods``, ``/var/lib/kubelet/pods``), without the API server.
+and the pod uid it belongs to. ``PodDirectory`` turns a pod uid into namespace and name: from a
+``PodSource`` first when one is given (the API server's watch, ``kubeapi.PodWatcher``, which
+also knows labels), else from the kubelet's files (``/var/log/pods``, ``/var/lib/kubelet/pods``).
 ``workload_name`` drops the generated suffix of a pod name.
 
 Cgroup layouts recognised, by path component (deepest container component wins):
@@ -32,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 _HEX64 = r"[0-9a-f]{64}"
 _UID_DASHED = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -163,6 +165,21 @@ class PodRef:
     uid: str
     namespace: str
     name: str
+    # (key, value) sorted by key: only from the API server, only the keys app rules name.
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def label(self, key: str) -> str | None:
+        """The value of label ``key``; None when the pod has no such label (or it is unknown)."""
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return None
+
+
+class PodSource(Protocol):
+    """Where pods are looked up before the node's files (``kubeapi.PodWatcher``)."""
+
+    def lookup(self, uid: str) -> PodRef | None: ...
 
 
 def parse_log_dir_name(name: str) -> PodRef | None:
@@ -228,9 +245,10 @@ def _read(path: str) -> str | None:
 
 
 class PodDirectory:
-    """Pod uid -> PodRef from the node's files, cached.
+    """Pod uid -> PodRef from ``api`` when it knows the pod, else from the node's files, cached.
 
-    Sources, in order: the pod log directory names under ``log_root`` (listed again when a uid is
+    ``api`` is asked first on every lookup (it is kept current by its own watch). File sources,
+    in order: the pod log directory names under ``log_root`` (listed again when a uid is
     not in the last listing), then the pod's directory under ``<kubelet_root>/pods/<uid>``
     (hostname from ``etc-hosts``, namespace from the service-account volume). A resolved uid
     stays cached (least recently used dropped past ``max_entries``); a miss is retried at most
@@ -245,7 +263,9 @@ class PodDirectory:
         clock: Callable[[], float] = time.monotonic,
         *,
         max_entries: int = 4096,
+        api: PodSource | None = None,
     ) -> None:
+        self.api = api
         self.log_root = os.fspath(log_root)
         self.kubelet_root = os.fspath(kubelet_root)
         self.retry_s = retry_s
@@ -258,8 +278,12 @@ class PodDirectory:
 
     def lookup(self, uid: str) -> PodRef | None:
         """Namespace and name of the pod with this uid (dashed or systemd-escaped); None if
-        the node's files do not say."""
+        neither the API nor the node's files say."""
         uid = uid.strip().lower().replace("_", "-")
+        if self.api is not None:
+            ref = self.api.lookup(uid)
+            if ref is not None:
+                return ref
         ref = self._found.get(uid)
         if ref is not None:
             self._found.move_to_end(uid)

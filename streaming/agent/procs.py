@@ -7,6 +7,7 @@ new, and rereads the known ones only when a socket inode appears that no cached 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ class ProcInfo:
     cmdline: tuple[str, ...]
     exe: str | None
     container: str | None  # "<pod-uid>/<short-id>", the short id, or None (see pods.ContainerRef)
-    pod: PodRef | None = None  # Kubernetes namespace and name, when the node's files tell
+    pod: PodRef | None = None  # Kubernetes namespace, name (and labels from the API server)
     ppid: int | None = None
     start_time: int | None = None  # clock ticks since boot: tells a reused pid apart
 
@@ -60,6 +61,7 @@ class ProcessTable:
         self._pid_inodes: dict[int, frozenset[int]] = {}
         self._owner: dict[int, int] = {}
         self._info: dict[int, ProcInfo | None] = {}
+        self._pod_uids: dict[int, str] = {}  # pid -> pod uid from its cgroup
         self._unresolvable: set[int] = set()
         self.pid_scans = 0  # fd directories read, for tests and benchmarks
 
@@ -101,7 +103,15 @@ class ProcessTable:
     def info(self, pid: int) -> ProcInfo | None:
         if pid not in self._info:
             self._info[pid] = self._read_info(pid)
-        return self._info[pid]
+        info = self._info[pid]
+        uid = self._pod_uids.get(pid)
+        if info is not None and uid is not None and self.pods is not None:
+            # The pod may have become known (the API's first list came after this process was
+            # read) or changed (labels) since: a cached lookup, so asked every time.
+            pod = self.pods.lookup(uid)
+            if pod is not None and pod != info.pod:
+                info = self._info[pid] = dataclasses.replace(info, pod=pod)
+        return info
 
     def _list_pids(self) -> list[int]:
         try:
@@ -114,6 +124,7 @@ class ProcessTable:
             if self._owner.get(inode) == pid:
                 del self._owner[inode]
         self._info.pop(pid, None)
+        self._pod_uids.pop(pid, None)
 
     def _scan_pid(self, pid: int) -> None:
         self.pid_scans += 1
@@ -158,6 +169,7 @@ class ProcessTable:
             ref = None
         pod = None
         if ref is not None and ref.pod_uid and self.pods is not None:
+            self._pod_uids[pid] = ref.pod_uid
             pod = self.pods.lookup(ref.pod_uid)
         try:
             stat = (base / "stat").read_text()

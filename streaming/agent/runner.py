@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streaming import __version__
-from streaming.agent import procnet
-from streaming.agent.apps import AppNamer
+from streaming.agent import kubeapi, procnet
+from streaming.agent.apps import AppNamer, label_keys
 from streaming.agent.collector import Collector
 from streaming.agent.config import AgentConfig
 from streaming.agent.events import EventFactory, make_agent_id
@@ -27,7 +28,7 @@ from streaming.agent.libraries import UNKNOWN as UNKNOWN_LIBRARY_ID
 from streaming.agent.libraries import ClientLibrary, LibraryIdentifier
 from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
-from streaming.agent.pods import PodDirectory
+from streaming.agent.pods import PodDirectory, PodSource
 from streaming.agent.procs import ProcessTable, ProcInfo
 from streaming.agent.records import SocketRecord
 from streaming.schema.events import TCP_STATES
@@ -58,6 +59,33 @@ def make_refresher(cfg: AgentConfig, metrics: AgentMetrics) -> MetadataRefresher
     )
 
 
+def make_pod_watcher(
+    cfg: AgentConfig,
+    metrics: AgentMetrics,
+    environ: Mapping[str, str] | None = None,
+    sa_dir: str | None = None,
+) -> kubeapi.PodWatcher | None:
+    """The API server's pod watch for this node, not started; None when ``kubernetes.api`` is
+    off or (``auto``) the agent is not in a pod with a token. ConfigError when ``on`` cannot
+    work."""
+    k = cfg.kubernetes
+    env = os.environ if environ is None else environ
+    api = kubeapi.in_cluster(k.api, k.node_name, env, sa_dir or kubeapi.SA_DIR)
+    keys = label_keys(cfg.apps)
+    if api is None:
+        if keys:
+            log.warning(
+                "apps: rules on pod labels (%s) never match: the Kubernetes API is off "
+                "(kubernetes.api)", ", ".join(sorted(keys)),
+            )  # fmt: skip
+        return None
+    watcher = kubeapi.PodWatcher(api, keys, on_error=metrics.kubernetes_api_error)
+    for reason in kubeapi.ERROR_REASONS:
+        metrics.kubernetes_api_errors.labels(reason)  # every reason at 0 from the start
+    metrics.kubernetes_pods.set_function(watcher.__len__)
+    return watcher
+
+
 class Agent:
     """One agent instance; ``scan()`` does one scan, ``run()`` loops until stopped."""
 
@@ -71,6 +99,7 @@ class Agent:
         procs: ProcessTable | None = None,
         clock: Callable[[], float] = time.time,
         libraries: LibraryIdentifier | None = None,
+        pod_source: PodSource | None = None,
     ) -> None:
         self.cfg = cfg
         self.sink = sink
@@ -79,7 +108,7 @@ class Agent:
         self.collector = collector or Collector(
             cfg.collector, cfg.proc_root, namespaces=cfg.network_namespaces
         )
-        self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory())
+        self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory(api=pod_source))
         self.namer = AppNamer(cfg.apps, parent_of=self.procs.info)
         self.libraries = libraries or LibraryIdentifier(cfg.proc_root)
         self.clock = clock

@@ -1,5 +1,5 @@
 """The agent's self-metrics (served on its own /metrics). Labels are bounded: states, sides,
-event kinds, drop reasons, collector names and configured cluster names."""
+event kinds, drop reasons, collector names, configured cluster names and API error reasons."""
 
 from __future__ import annotations
 
@@ -77,6 +77,22 @@ NAMESPACE_ERRORS = Metric(
     "/proc fallback failed).",
     ("reason",),
 )
+KUBERNETES_API_ERRORS = Metric(
+    "connmon_agent_kubernetes_api_errors_total",
+    "counter",
+    "Failed requests to the Kubernetes API server's pod list and watch by reason: unauthorized "
+    "(401), forbidden (403: the agent's ClusterRole is missing), unreachable (connect, read or "
+    "timeout), tls (certificate check), http (another status, or a watch ERROR event), invalid "
+    "(a response that does not parse), token (the service account token or CA file "
+    "unreadable). Each is retried with backoff; meanwhile pods are named from the node's files.",
+    ("reason",),
+)
+KUBERNETES_PODS = Metric(
+    "connmon_agent_kubernetes_pods",
+    "gauge",
+    "Pods of this node the agent knows from the Kubernetes API server's watch (0 with the API "
+    "off or not reached yet).",
+)
 
 AGENT_METRICS: tuple[Metric, ...] = (
     SCAN_DURATION,
@@ -92,4 +108,6 @@ AGENT_METRICS: tuple[Metric, ...] = (
     NETWORK_NAMESPACES,
     UNREADABLE_PROCESSES,
     NAMESPACE_ERRORS,
+    KUBERNETES_API_ERRORS,
+    KUBERNETES_PODS,
 )

@@ -78,7 +78,7 @@ class MixinConfig:
     prometheus_pod_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
     )
-    # The Spark driver's egress to the API server (it creates executor pods).
+    # Egress to the API server: the Spark driver's (it creates executor pods), the agent's.
     kubernetes_api_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
     kubernetes_api_ports: tuple[int, ...] = (443, 6443)
     agent_port: int = 9852
@@ -89,6 +89,9 @@ class MixinConfig:
     agent_host_network: bool = False
     # Host folders the agent mounts read-only to name pods (pod uid -> namespace/name).
     agent_host_paths: tuple[str, ...] = ("/var/log/pods", "/var/lib/kubelet/pods")
+    # The agent watches its node's pods on the API server (names, and labels for app rules):
+    # a token, a ClusterRole with get/list/watch on pods, egress to kubernetes_api_cidrs.
+    agent_kubernetes_api: bool = True
     agent_resources: dict[str, dict[str, str]] = field(
         default_factory=lambda: {
             "requests": {"cpu": "50m", "memory": "128Mi"},

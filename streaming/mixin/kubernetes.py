@@ -17,6 +17,9 @@ AGENT_CAPABILITIES = ("SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH")
 # services labelled with its application id. Nothing else, in its own namespace only.
 JOB_ROLE_VERBS = ("get", "list", "watch", "create", "delete", "deletecollection")
 JOB_ROLE_RESOURCES = ("pods", "services", "configmaps")
+# The agent reads its node's pods (names and labels): nothing else, and no writes.
+AGENT_ROLE_VERBS = ("get", "list", "watch")
+AGENT_ROLE_RESOURCES = ("pods",)
 SPARK_MASTER = "k8s://https://kubernetes.default.svc"
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
@@ -198,15 +201,58 @@ def job_role_binding(cfg: MixinConfig) -> dict[str, Any]:
     }
 
 
+def agent_cluster_role(cfg: MixinConfig) -> dict[str, Any]:
+    """Read pods cluster-wide: RBAC cannot narrow a rule to one node's pods, the agent's
+    requests do (``fieldSelector=spec.nodeName``)."""
+    meta = metadata(cfg, "connmon-agent", "agent")
+    del meta["namespace"]  # cluster-scoped
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta,
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": list(AGENT_ROLE_RESOURCES),
+                "verbs": list(AGENT_ROLE_VERBS),
+            }
+        ],
+    }
+
+
+def agent_cluster_role_binding(cfg: MixinConfig) -> dict[str, Any]:
+    meta = metadata(cfg, "connmon-agent", "agent")
+    del meta["namespace"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": meta,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "connmon-agent",
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": "connmon-agent",
+                "namespace": cfg.kubernetes_namespace,
+            }
+        ],
+    }
+
+
 def rbac(cfg: MixinConfig) -> list[dict[str, Any]]:
-    """Service accounts: the agent and the exporter get no API access and no token; the job's
-    driver gets the Role above."""
+    """Service accounts: the agent reads pods (``agent_kubernetes_api``), the exporter gets no
+    API access and no token, the job's driver gets the Role above."""
+    agent_api = cfg.agent_kubernetes_api
     return [
-        service_account(cfg, "agent", automount=False),
+        service_account(cfg, "agent", automount=agent_api),
         service_account(cfg, "exporter", automount=False),
         service_account(cfg, "job", automount=True),
         job_role(cfg),
         job_role_binding(cfg),
+        *([agent_cluster_role(cfg), agent_cluster_role_binding(cfg)] if agent_api else []),
     ]
 
 
@@ -224,12 +270,15 @@ def agent_config(cfg: MixinConfig) -> dict[str, Any]:
         "clusters": [
             {"name": cfg.kafka_cluster_name, "bootstrap_servers": cfg.kafka_bootstrap_servers}
         ],
+        # This node's pods from the API server (NODE_NAME from the DaemonSet); auto: on with
+        # the service account token mounted.
+        "kubernetes": {"api": "auto" if cfg.agent_kubernetes_api else "off"},
     }
 
 
 def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
-    """One agent per node: hostPID to see every process, the four capabilities it uses, the
-    rest dropped; read-only root and host folders."""
+    """One agent per node: hostPID to see every process, the capabilities it uses, the rest
+    dropped; read-only root and host folders; the service account token when it watches pods."""
     config_vol, config_mount = config_volume("connmon-agent")
     tmp_vol, tmp_mount = tmp_volume()
     host_vols, host_mounts = [], []
@@ -273,7 +322,7 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": "connmon-agent",
-        "automountServiceAccountToken": False,
+        "automountServiceAccountToken": cfg.agent_kubernetes_api,
         "hostPID": True,
         "hostNetwork": cfg.agent_host_network,
         "enableServiceLinks": False,
@@ -585,18 +634,21 @@ def _policy(cfg: MixinConfig, component: str, ingress: list, egress: list) -> di
 
 def network_policies(cfg: MixinConfig) -> list[dict[str, Any]]:
     """Ingress: Prometheus to the agent's and the exporter's /metrics; the job's driver and
-    executors among themselves. Egress: DNS and Kafka for all; the job also to the API server
-    (executor pods) and to the checkpoint storage. Everything else is denied."""
+    executors among themselves. Egress: DNS and Kafka for all; the API server for the job
+    (executor pods) and the agent (its node's pods); the job's checkpoint storage. Everything
+    else is denied."""
     job_pods = {"podSelector": {"matchLabels": selector("job")}}
     basic = [_dns_egress(), _kafka_egress(cfg)]
+    api = {"to": _cidrs(cfg.kubernetes_api_cidrs), "ports": _tcp(cfg.kubernetes_api_ports)}
     job_egress = [
         *basic,
         {"to": [job_pods]},
-        {"to": _cidrs(cfg.kubernetes_api_cidrs), "ports": _tcp(cfg.kubernetes_api_ports)},
+        api,
         {"to": _cidrs(cfg.job_checkpoint_cidrs), "ports": _tcp(cfg.job_checkpoint_ports)},
     ]
+    agent_egress = [*basic, api] if cfg.agent_kubernetes_api else basic
     return [
-        _policy(cfg, "agent", [_prometheus_ingress(cfg, cfg.agent_port)], basic),
+        _policy(cfg, "agent", [_prometheus_ingress(cfg, cfg.agent_port)], agent_egress),
         _policy(cfg, "exporter", [_prometheus_ingress(cfg, cfg.exporter_port)], basic),
         _policy(cfg, "job", [{"from": [job_pods]}], job_egress),
     ]
@@ -637,6 +689,9 @@ def config_files(cfg: MixinConfig, dump_yaml: Callable[[Any], str]) -> dict[str,
         "agent.yaml": CONFIG_HEADER
         + "# The DaemonSet sets host (--host, the node's name) and metrics_address; secrets\n"
         "# such as CONNMON_AGENT_KAFKA_SASL_PASSWORD go into the Secret connmon-agent.\n"
+        "# App names from pod labels (with the Kubernetes API on), first match wins:\n"
+        "#   apps:\n"
+        "#   - {match: '(.+)', name: '\\1', on: 'label:app.kubernetes.io/name'}\n"
         + dump_yaml(agent_config(cfg)),
         "exporter.env": CONFIG_HEADER + format_env(exporter_env(cfg)),
         "job.yaml": CONFIG_HEADER

@@ -72,6 +72,12 @@ def test_toml_and_cluster_bootstrap_flag(tmp_path: Path) -> None:
         ),
         ({"apps": [{"match": "(", "name": "x"}]}, "apps[0].match"),
         ({"apps": [{"match": "x", "name": "x", "on": "env"}]}, "apps[0].on"),
+        ({"apps": [{"match": "x", "name": "x", "on": "label:Bad Key"}]}, "apps[0].on"),
+        ({"apps": [{"match": "x", "name": "x", "on": "label:"}]}, "apps[0].on"),
+        ({"kubernetes": {"api": "maybe"}}, "kubernetes.api"),
+        ({"kubernetes": {"node_name": "Node_1"}}, "kubernetes.node_name"),
+        ({"kubernetes": {"nodename": "n"}}, "kubernetes.nodename"),
+        ({"kubernetes": "on"}, "kubernetes"),
         ({}, "clusters"),
     ],
 )
@@ -105,6 +111,33 @@ def test_shipped_example_config_is_valid() -> None:
     assert cfg.apps[0].pattern.search("java Main --group=orders").expand(cfg.apps[0].name) == (
         "consumer-orders"
     )
+    assert [r.field for r in cfg.apps] == ["cmdline", "exe"]  # YAML reads `on:` as true
+
+
+def test_kubernetes_settings_from_file_env_and_flag(tmp_path: Path) -> None:
+    from streaming.agent.cli import _flags
+    from streaming.cli import build_parser
+
+    assert config.build(BASE).kubernetes == config.KubernetesConfig("auto", None)
+    f = tmp_path / "agent.yaml"
+    f.write_text(
+        "clusters: [{name: a, bootstrap_servers: 'h:1'}]\n"
+        "kubernetes: {api: on, node_name: node-1}\n"  # YAML 1.1: on/off are booleans
+        "apps:\n"
+        "  - {match: '(.+)', name: '\\1', on: label:app.kubernetes.io/name}\n"
+        "  - {match: '^payments$', name: pay, on: 'label:team'}\n"
+    )
+    cfg = config.load(str(f), {}, {})
+    assert cfg.kubernetes == config.KubernetesConfig("on", "node-1")
+    assert [r.label_key for r in cfg.apps] == ["app.kubernetes.io/name", "team"]
+    env = {"CONNMON_AGENT_KUBERNETES_API": "off", "CONNMON_AGENT_KUBERNETES_NODE_NAME": "n2"}
+    assert config.load(str(f), {}, env).kubernetes == config.KubernetesConfig("off", "n2")
+    flags = _flags(build_parser().parse_args(["agent", "--kubernetes-api", "auto"]))
+    assert config.load(str(f), flags, env).kubernetes.api == "auto"
+    f.write_text("clusters: [{name: a, bootstrap_servers: 'h:1'}]\nkubernetes: {api: off}\n")
+    assert config.load(str(f), {}, {}).kubernetes.api == "off"
+    with pytest.raises(ConfigError, match="^CONNMON_AGENT_KUBERNETES_NODENAME:"):
+        config.from_env({"CONNMON_AGENT_KUBERNETES_NODENAME": "n"})
 
 
 BASE = {"clusters": [{"name": "ok", "bootstrap_servers": "h:1"}]}

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from streaming.agent.apps import AppNamer, AppRule, default_name, sanitize
+from streaming.agent.apps import AppNamer, AppRule, default_name, label_keys, sanitize
 from streaming.agent.pods import PodDirectory, PodRef
 from streaming.agent.procs import ProcessTable, ProcInfo
 
@@ -123,6 +123,38 @@ def test_a_process_in_a_pod_is_named_after_its_workload(tmp_path: Path) -> None:
     assert namer.name(got[3101]) == "feeder"
     k = ProcInfo(1, "java", ("java",), None, None, PodRef("u", "kafka", "kafka-0"))
     assert namer.name(k) == "kafka-in-k8s"
+
+
+def test_rules_on_pod_labels() -> None:
+    namer = AppNamer(
+        [
+            AppRule(re.compile(r"^(.+)$"), r"\1", "label:app.kubernetes.io/name"),
+            AppRule(re.compile(r".*"), "team-\\g<0>", "label:team"),
+            AppRule(re.compile(r"^kafka/"), "kafka-in-k8s", "pod"),
+        ]
+    )
+    named = PodRef("u1", "shop", "orders-7d9c8b6f5d-x7k2p", (("app.kubernetes.io/name", "orders"),))
+    team = PodRef("u2", "shop", "billing-0", (("team", "payments"),))
+    empty = PodRef("u3", "kafka", "kafka-0", (("app.kubernetes.io/name", ""),))
+    bare = PodRef("u4", "shop", "web-0")
+    assert namer.name(ProcInfo(1, "java", ("java",), None, None, named)) == "orders"
+    assert namer.name(ProcInfo(2, "java", ("java",), None, None, team)) == "team-payments"
+    # An empty value is a value, which `^(.+)$` does not match; the pod rule comes next.
+    assert namer.name(ProcInfo(3, "java", ("java",), None, None, empty)) == "kafka-in-k8s"
+    # No such label, or no pod at all: label rules do not match, even `.*`.
+    assert namer.name(ProcInfo(4, "java", ("java",), None, None, bare)) == "shop/web"
+    assert namer.name(info("python3", "/opt/feeder.py")) == "feeder"
+    assert label_keys(namer.rules) == {"app.kubernetes.io/name", "team"}
+
+
+def test_a_pods_labels_arriving_later_rename_the_process() -> None:
+    namer = AppNamer([AppRule(re.compile(r"(.+)"), r"\1", "label:team")])
+    before = ProcInfo(7, "java", ("java",), None, None, PodRef("u", "shop", "api-0"))
+    assert namer.name(before) == "shop/api"
+    after = ProcInfo(
+        7, "java", ("java",), None, None, PodRef("u", "shop", "api-0", (("team", "t1"),))
+    )
+    assert namer.name(after) == "t1"
 
 
 def test_connmon_names_its_own_processes() -> None:

@@ -54,6 +54,7 @@ def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 AGENT = _by("DaemonSet", "connmon-agent")
+AGENT_SA = "connmon-agent"
 EXPORTER = _by("Deployment", "connmon-exporter")
 DRIVER = _by("Deployment", "connmon-job")
 WORKLOADS = [AGENT, EXPORTER, DRIVER]
@@ -414,9 +415,12 @@ def test_only_the_agent_is_root_and_only_it_shares_host_namespaces() -> None:
 
 
 # ---- RBAC -----------------------------------------------------------------------------------
-def test_rbac_is_one_role_for_the_job_driver_in_its_namespace() -> None:
-    kinds = {o["kind"] for o in OBJECTS}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+def test_rbac_is_the_job_drivers_role_and_the_agents_pod_reader() -> None:
+    cluster_wide = [o for o in OBJECTS if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert [(o["kind"], o["metadata"]["name"]) for o in cluster_wide] == [
+        ("ClusterRole", "connmon-agent"),
+        ("ClusterRoleBinding", "connmon-agent"),
+    ]
     roles = [o for o in OBJECTS if o["kind"] == "Role"]
     bindings = [o for o in OBJECTS if o["kind"] == "RoleBinding"]
     assert [r["metadata"]["name"] for r in roles] == ["connmon-job"]
@@ -443,16 +447,68 @@ def test_job_role_verbs_are_limited() -> None:
     assert not flat & {"*", "secrets", "update", "patch", "escalate", "bind", "impersonate"}
 
 
-def test_agent_and_exporter_have_no_api_access_and_no_token() -> None:
-    bound = {s["name"] for b in OBJECTS if b["kind"] == "RoleBinding" for s in b["subjects"]}
-    for component, obj in (("agent", AGENT), ("exporter", EXPORTER)):
-        sa = _by("ServiceAccount", f"connmon-{component}")
-        assert sa["automountServiceAccountToken"] is False
-        assert sa["metadata"]["name"] not in bound
-        spec = _pod_spec(obj)
-        assert spec["serviceAccountName"] == sa["metadata"]["name"]
-        assert spec["automountServiceAccountToken"] is False
+def test_exporter_has_no_api_access_and_no_token() -> None:
+    bindings = ("RoleBinding", "ClusterRoleBinding")
+    bound = {s["name"] for b in OBJECTS if b["kind"] in bindings for s in b["subjects"]}
+    sa = _by("ServiceAccount", "connmon-exporter")
+    assert sa["automountServiceAccountToken"] is False
+    assert sa["metadata"]["name"] not in bound
+    spec = _pod_spec(EXPORTER)
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is False
     assert TEMPLATE["spec"]["automountServiceAccountToken"] is False  # executors: no token
+
+
+def test_agent_may_only_read_pods() -> None:
+    """Least privilege: get, list and watch on pods, nothing else (RBAC cannot narrow it to
+    one node's pods; the agent's requests do)."""
+    role = _by("ClusterRole", "connmon-agent")
+    assert "namespace" not in role["metadata"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    binding = _by("ClusterRoleBinding", "connmon-agent")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "connmon-agent",
+    }
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "connmon-agent",
+            "namespace": DEFAULT.kubernetes_namespace,
+        }
+    ]
+    spec = _pod_spec(AGENT)
+    assert spec["serviceAccountName"] == "connmon-agent"
+    assert spec["automountServiceAccountToken"] is True
+    assert _by("ServiceAccount", "connmon-agent")["automountServiceAccountToken"] is True
+    # The node's name for the field selector comes from the downward API.
+    node_name = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert node_name in _container(AGENT)["env"]
+
+
+def test_agent_without_the_api_has_no_token_no_role_and_no_api_egress() -> None:
+    cfg = DEFAULT.replace(agent_kubernetes_api=False)
+    objs = [o for objects in kubernetes.manifests(cfg).values() for o in objects]
+    assert not {o["kind"] for o in objs} & {"ClusterRole", "ClusterRoleBinding"}
+    agent = next(o for o in objs if o["kind"] == "DaemonSet")
+    assert _pod_spec(agent)["automountServiceAccountToken"] is False
+    sa = next(
+        o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == AGENT_SA
+    )
+    assert sa["automountServiceAccountToken"] is False
+    policy = next(
+        o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == AGENT_SA
+    )
+    assert {p["port"] for e in policy["spec"]["egress"] for p in e["ports"]} == {
+        53,
+        *DEFAULT.kafka_ports,
+    }
+    assert kubernetes.agent_config(cfg)["kubernetes"] == {"api": "off"}
+    for obj in objs:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[0], strict=True)
 
 
 # ---- network policies -----------------------------------------------------------------------
@@ -482,7 +538,8 @@ def test_only_prometheus_scrapes_the_agent_and_the_exporter() -> None:
         egress_ports = {
             p["port"] for e in _by("NetworkPolicy", name)["spec"]["egress"] for p in e["ports"]
         }
-        assert egress_ports == {53, *DEFAULT.kafka_ports}
+        api = set(DEFAULT.kubernetes_api_ports) if name == "connmon-agent" else set()
+        assert egress_ports == {53, *DEFAULT.kafka_ports, *api}
 
 
 def test_job_reaches_kafka_the_api_server_and_its_checkpoint_storage() -> None:
@@ -584,6 +641,12 @@ def test_agent_arguments_and_config_parse(tmp_path: Path) -> None:
     assert cfg.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
     assert [c.name for c in cfg.clusters] == [DEFAULT.kafka_cluster_name]
     assert cfg.network_namespaces == "all"  # pods' sockets, without the host network
+    assert cfg.kubernetes.api == "auto" and cfg.kubernetes.node_name is None  # NODE_NAME
+    # The commented example of label rules in the file is a valid rule.
+    text = CONFIGMAPS["connmon-agent"]["data"]["agent.yaml"]
+    example = "\n".join(ln[2:] for ln in text.splitlines() if ln.startswith("#   "))
+    rules = agent_config.build({**yaml.safe_load(example), "cluster_bootstrap": ["h:1"]}).apps
+    assert [r.label_key for r in rules] == ["app.kubernetes.io/name"]
 
 
 def test_exporter_arguments_and_config_parse() -> None:
@@ -622,8 +685,10 @@ def test_settings_reach_every_object() -> None:
     )
     objs = [o for objects in kubernetes.manifests(cfg).values() for o in objects]
     for obj in objs:
-        if obj["kind"] != "Namespace":
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == "obs"
+        elif obj["kind"] == "ClusterRoleBinding":
+            assert obj["subjects"][0]["namespace"] == "obs"
     assert {_container(o)["image"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")} == {
         "reg.example/connmon:9"
     }
