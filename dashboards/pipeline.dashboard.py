@@ -106,6 +106,38 @@ panels = [
         "cps",
         thresholds=[(cfg.dead_letter_per_s, "red")],
     ),
+    gf.timeseries(
+        "Host clocks",
+        "Hosts whose newest event time is off the fleet's by more than the clock tolerance "
+        "(positive: the host's clock is ahead). Past the line (the watermark), a host behind "
+        "has its events dropped as late; the alert fires after 5 minutes.",
+        [
+            (
+                f"max by (job_id, host) (connmon_job_host_clock_offset_seconds{{{ex}}})",
+                "{{host}}",
+            )
+        ],
+        "s",
+        thresholds=[(cfg.detectors.watermark_s, "red")],
+    ),
+    gf.timeseries(
+        "Late and skewed events by host",
+        "Events per second per host that arrived behind the watermark (dropped), and that "
+        "came from a host whose clock was off; the 10 largest.",
+        [
+            (
+                "topk(10, sum by (host) (rate(connmon_job_host_late_events_total"
+                f"{{{ex}}}[$__rate_interval])))",
+                "late {{host}}",
+            ),
+            (
+                "topk(10, sum by (host) (rate(connmon_job_host_skewed_events_total"
+                f"{{{ex}}}[$__rate_interval])))",
+                "skewed {{host}}",
+            ),
+        ],
+        "cps",
+    ),
     gf.row("Exporter"),
     gf.timeseries(
         "Exporter series",

@@ -8,7 +8,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streaming.exporter.store import ROLES, Snapshot, Store
 from streaming.metricnames import metric
-from streaming.metricnames.connmon import AGGREGATE_METRICS, JOB_METRICS, JOB_PRODUCE_ERRORS
+from streaming.metricnames.connmon import (
+    AGGREGATE_METRICS,
+    JOB_HOST_METRICS,
+    JOB_METRICS,
+    JOB_PRODUCE_ERRORS,
+)
 
 LIBRARY_INFO = "connmon_client_library_info"
 SIMPLE_AGGREGATES = tuple(
@@ -71,15 +76,33 @@ class ConnmonCollector:
             for topic, error, total in status.produce_errors:
                 produce.add_metric([status.job_id, status.query, topic, error], total)
         yield produce
-
-        for name, samples in self_metric_samples(snap):
+        for name, samples in job_host_samples(snap) + self_metric_samples(snap):
             family = _family(name)
             for labels, value in samples:
                 family.add_metric(list(labels), value)
             yield family
 
 
-def self_metric_samples(snap: Snapshot) -> list[tuple[str, list[tuple[tuple[str, ...], float]]]]:
+Samples = list[tuple[str, list[tuple[tuple[str, ...], float]]]]
+
+
+def job_host_samples(snap: Snapshot) -> Samples:
+    """The hosts the job named for their clocks or late events, as (name, [(labels, value)])."""
+    offset: list[tuple[tuple[str, ...], float]] = []
+    skewed: list[tuple[tuple[str, ...], float]] = []
+    late: list[tuple[tuple[str, ...], float]] = []
+    for s in snap.statuses:
+        for host, offset_s, skewed_n, late_n in s.hosts:
+            labels = (s.job_id, s.query, host)
+            if offset_s is not None:
+                offset.append((labels, offset_s))
+            skewed.append((labels, skewed_n))
+            late.append((labels, late_n))
+    names = [m.name for m in JOB_HOST_METRICS]
+    return list(zip(names, (offset, skewed, late), strict=True))
+
+
+def self_metric_samples(snap: Snapshot) -> Samples:
     """The exporter's own metrics as (name, [(label values, value)])."""
     size = len(snap.aggregates) + len(snap.findings) + len(snap.statuses)
     return [

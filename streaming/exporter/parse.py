@@ -72,6 +72,8 @@ class JobStatus:
     timestamp: float
     values: dict[str, float]  # metric name -> value
     produce_errors: tuple[tuple[str, str, float], ...] = ()  # (topic, error, total)
+    # (host, clock offset or None, skewed events, late events), hosts the job named
+    hosts: tuple[tuple[str, float | None, float, float], ...] = ()
 
 
 def _load(raw: bytes | str) -> dict[str, Any]:
@@ -246,5 +248,32 @@ def parse_status(raw: bytes | str) -> JobStatus:
         if isinstance(n := e.get("total"), int | float) and not isinstance(n, bool)
     )
     return JobStatus(
-        clean(_req(obj, "job_id")), clean(obj.get("query"), ""), timestamp, values, produced
+        clean(_req(obj, "job_id")),
+        clean(obj.get("query"), ""),
+        timestamp,
+        values,
+        produced,
+        _hosts(obj.get("hosts")),
     )
+
+
+def _hosts(raw: Any) -> tuple[tuple[str, float | None, float, float], ...]:
+    """The status record's ``hosts`` (absent in records of older jobs)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(h, dict) for h in raw):
+        raise InvalidMessage("invalid_value", "hosts is not a list of objects")
+    out = []
+    for h in raw:
+        host = h.get("host")
+        if not isinstance(host, str) or not host:
+            raise InvalidMessage("invalid_value", f"hosts: host={host!r}")
+        out.append(
+            (
+                clean(host),
+                _num(h, "clock_offset_s"),
+                _num(h, "skewed_events_total") or 0.0,
+                _num(h, "late_events_total") or 0.0,
+            )
+        )
+    return tuple(out)

@@ -12,7 +12,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from streaming.exporter.collector import LIBRARY_INFO, SIMPLE_AGGREGATES, self_metric_samples
+from streaming.exporter.collector import (
+    LIBRARY_INFO,
+    SIMPLE_AGGREGATES,
+    job_host_samples,
+    self_metric_samples,
+)
 from streaming.exporter.gzipjoin import Part
 from streaming.exporter.parse import Aggregate, Finding
 from streaming.exporter.store import Snapshot
@@ -149,7 +154,7 @@ class Renderer:
                 lt = label_text(m.labels, (s.job_id, s.query, topic, error))
                 add(f"{m.name}{{{lt}}} {_value(total)}\n")
 
-        for name, samples in self_metric_samples(snap):
+        for name, samples in job_host_samples(snap) + self_metric_samples(snap):
             add(_header(name))
             names = metric(name).labels
             for values, v in samples:

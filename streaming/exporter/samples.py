@@ -54,6 +54,12 @@ def status(ts: float = NOW - 1, **over) -> bytes:
         "produce_errors": [
             {"topic": "connmon.aggregates", "error": "MSG_SIZE_TOO_LARGE", "total": 2}
         ],
+        "hosts": [
+            {"host": "web-7", "clock_offset_s": 181.4, "skewed_events_total": 5520,
+             "late_events_total": 0},
+            {"host": "web-9", "clock_offset_s": None, "skewed_events_total": 0,
+             "late_events_total": 12},
+        ],
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

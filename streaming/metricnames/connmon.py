@@ -116,12 +116,12 @@ JOB_METRICS: tuple[Metric, ...] = (
     _job(
         "connmon_job_dead_letter_events_total",
         "counter",
-        "Events rejected to the dead-letter topic since the checkpoint was created.",
+        "Events rejected to the dead-letter topic since the job started.",
     ),
     _job(
         "connmon_job_late_events_total",
         "counter",
-        "Events that arrived behind the watermark since the checkpoint was created.",
+        "Events that arrived behind the watermark (dropped) since the job started.",
     ),
     _job(
         "connmon_job_last_event_timestamp_seconds",
@@ -187,6 +187,36 @@ JOB_PRODUCE_ERRORS = Metric(
     (*JOB_LABELS, "topic", "error"),
 )
 
+# Per host whose clock is off or whose events arrived late (at most 101 per job: a healthy
+# fleet has none), from the job status's ``hosts``.
+JOB_HOST_METRICS = (
+    Metric(
+        "connmon_job_host_clock_offset_seconds",
+        "gauge",
+        "The host's newest event time minus the fleet's (positive: its clock is ahead), while "
+        "it is off by more than clock_skew_tolerance_s; absent otherwise.",
+        (*JOB_LABELS, "host"),
+    ),
+    Metric(
+        "connmon_job_host_skewed_events_total",
+        "counter",
+        "Events of the host in batches where its clock was off by more than "
+        "clock_skew_tolerance_s, since the job started.",
+        (*JOB_LABELS, "host"),
+    ),
+    Metric(
+        "connmon_job_host_late_events_total",
+        "counter",
+        "Events of the host that arrived behind the watermark (dropped), since the job started.",
+        (*JOB_LABELS, "host"),
+    ),
+)
+
 CONNMON_METRICS: tuple[Metric, ...] = (
-    AGGREGATE_METRICS + FINDING_METRICS + JOB_METRICS + (JOB_PRODUCE_ERRORS,) + EXPORTER_METRICS
+    AGGREGATE_METRICS
+    + FINDING_METRICS
+    + JOB_METRICS
+    + (JOB_PRODUCE_ERRORS,)
+    + JOB_HOST_METRICS
+    + EXPORTER_METRICS
 )

@@ -163,6 +163,19 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             cfg,
+            "ConnMonHostClockSkew",
+            f"max by (job_id, host) (abs(connmon_job_host_clock_offset_seconds{{{ex}}})) "
+            f"> {_g(cfg.detectors.watermark_s)}",
+            cfg.clock_skew_for,
+            "A host's clock is off by more than the job's watermark.",
+            "Events from host {{ $labels.host }} carry times {{ $value | humanizeDuration }} "
+            f"off the fleet's (watermark {_g(cfg.detectors.watermark_s)}s): behind, its events "
+            "arrive late and are dropped; ahead, its windows close late. Fix NTP/chrony on that "
+            "host.",
+            "warning",
+        ),
+        _alert(
+            cfg,
             "ConnMonExporterCardinalityLimit",
             f"increase(connmon_exporter_series_dropped_total{{{ex}}}[{w}]) > 0 or "
             f"connmon_exporter_series{{{ex}}} / connmon_exporter_series_limit{{{ex}}} "

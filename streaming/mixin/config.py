@@ -32,6 +32,7 @@ class MixinConfig:
     job_lagging_for: str = "10m"
     data_stale_for: str = "5m"
     dead_letter_for: str = "10m"
+    clock_skew_for: str = "5m"
     cardinality_for: str = "5m"
 
     # Pipeline-health thresholds (seconds unless the name says otherwise).

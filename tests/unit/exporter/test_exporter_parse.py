@@ -116,6 +116,19 @@ def test_finding_and_status() -> None:
     assert "connmon_job_watermark_delay_seconds" not in parse_status(json.dumps(no_wm)).values
 
 
+def test_status_hosts() -> None:
+    """The hosts the job named for their clocks; absent in an older job's records; a malformed
+    list is an invalid message, not a crash."""
+    assert parse_status(status()).hosts == (
+        ("web-7", 181.4, 5520.0, 0.0),
+        ("web-9", None, 0.0, 12.0),
+    )
+    assert parse_status(status(hosts=None)).hosts == ()
+    for bad in ({"host": "x"}, [{"clock_offset_s": 3}], [{"host": "x", "clock_offset_s": "3"}]):
+        with pytest.raises(InvalidMessage, match="hosts|clock_offset_s"):
+            parse_status(status(hosts=bad))
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [

@@ -54,6 +54,11 @@ def test_renderer_matches_the_collector(clock) -> None:
         'connmon_job_produce_errors_total{job_id="connmon-job",query="aggregates",'
         'topic="connmon.aggregates",error="MSG_SIZE_TOO_LARGE"} 2.0'
     ) in fast
+    job = 'job_id="connmon-job",query="aggregates"'
+    assert f'connmon_job_host_clock_offset_seconds{{{job},host="web-7"}} 181.4' in fast
+    assert "connmon_job_host_clock_offset_seconds{" + job + ',host="web-9"}' not in fast
+    assert f'connmon_job_host_late_events_total{{{job},host="web-9"}} 12.0' in fast
+    assert f'connmon_job_host_skewed_events_total{{{job},host="web-7"}} 5520.0' in fast
 
 
 def test_client_library_info_matches_the_collector(clock) -> None:
