@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import clocks, parse, partial_rows
@@ -60,9 +60,27 @@ class BatchCounts:
         return {r: n for r, n in self.events.items() if r}
 
 
-# Writes a batch's partial rows (``Ingest.rows``) and returns the counts; writes end markers
-# ``(key, value)``.
-PartialsWriter = Callable[["DataFrame", int], BatchCounts]
+@dataclass(frozen=True)
+class BatchContext:
+    """What the executors need to know of the batch whose partial rows they write. Kept out of
+    the Spark plan: a literal that changes every batch makes Spark generate and compile its
+    code again every batch."""
+
+    batch: int
+    window_s: float
+    now: float | None = None  # the job's clock when the batch started (None: replay)
+    watermark_s: float | None = None  # rows of windows ending at or before it are late
+    tolerance_s: float = 0.0  # an event newer than now by more than this: clock ahead
+
+
+class Record(NamedTuple):
+    key: str
+    value: str
+
+
+# Writes a batch's partial rows (``Ingest.rows``) through ``count_rows`` and returns the
+# counts; writes end markers ``(key, value)``.
+PartialsWriter = Callable[["DataFrame", BatchContext], BatchCounts]
 EndWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
 
 
@@ -78,29 +96,36 @@ def tick_due(ticked: float | None, newest: float | None, every_s: float) -> bool
     return newest is not None and (ticked is None or newest - ticked >= every_s)
 
 
-def count_rows(rows: Iterable[Any], counts: BatchCounts) -> Iterable[Any]:
-    """Pass the valid rows that are not late through, counting every row's events by reason,
-    and per host the hosts with late rows or a clock ahead of the job's (``counts.hosts``)."""
+def count_rows(rows: Iterable[Any], counts: BatchCounts, ctx: BatchContext) -> Iterator[Record]:
+    """The valid rows that are not late, as records for the partials topic (the value gets the
+    batch id and the event time bounded by the job's clock, ``progress_s``); every row's events
+    counted by reason, and per host the hosts with late rows or a clock ahead of the job's
+    (``counts.hosts``)."""
     hosts: dict[str, clocks.HostBatch] = {}
     report: set[str] = set()
+    wm, now = ctx.watermark_s, ctx.now
+    ahead_after = None if now is None else now + ctx.tolerance_s
     for r in rows:
         counts.events[r.reason or ""] += r.events
         if r.reason is not None:
             continue
+        last = r.last_event_s
+        late = wm is not None and r.window_start_s + ctx.window_s <= wm
         h = hosts.get(r.host)
         if h is None:
             h = hosts[r.host] = clocks.HostBatch()
-        h.add(r.events, r.late, r.last_event_s)
-        if r.late or r.ahead:
+        h.add(r.events, late, last)
+        if late or (ahead_after is not None and last > ahead_after):
             report.add(r.host)
-        if r.late:
+        if late:
             counts.late += r.events
             continue
         counts.buckets.add(r.bucket)
-        t = r.progress_s
-        if t is not None and (counts.max_event_s is None or t > counts.max_event_s):
-            counts.max_event_s = t
-        yield r
+        progress = clocks.bounded(last, now)
+        if counts.max_event_s is None or progress > counts.max_event_s:
+            counts.max_event_s = progress
+        tail = f',"batch":{ctx.batch},"progress_s":{progress!r}}}'
+        yield Record(r.key, r.value[:-1] + tail)
     for host in report:
         counts.hosts[host] = hosts[host]
 
@@ -154,27 +179,16 @@ class Ingest:
         """Newest event time of earlier batches minus the watermark, as the state query's."""
         return None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
 
-    def rows(self, decoded: DataFrame, batch_id: int, now: float | None = None) -> DataFrame:
-        """The batch's partial rows as records for the state query (``key``, ``value``), with
-        what is counted: ``reason``, ``events``, ``host``, ``last_event_s``, ``progress_s``
-        (the event time bounded by ``now``), ``late`` (behind the watermark) and ``ahead``
-        (newer than ``now`` by more than the clock tolerance)."""
+    def rows(self, decoded: DataFrame) -> DataFrame:
+        """The batch's partial rows for ``count_rows``: ``key`` and ``value`` (JSON, without
+        the batch's own values), ``reason``, ``events``, ``host``, ``window_start_s``,
+        ``last_event_s``. The same plan every batch, so Spark compiles it once."""
         from pyspark.sql import functions as F
 
         parts = self.aggregate(decoded)
-        last = F.col("last_event_s")
-        progress = last if now is None else F.least(last, F.lit(now))
-        parts = parts.withColumn("progress_s", progress)
         fields = [F.col(c) for c in parts.columns if c != "reason"]
-        value = F.to_json(F.struct(*fields, F.lit(batch_id).alias("batch")))
+        value = F.to_json(F.struct(*fields))
         key = F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string"))
-        wm = self.watermark()
-        late = F.lit(False)
-        if wm is not None:
-            late = F.col("window_start_s") + F.lit(self.cfg.window_s) <= F.lit(wm)
-        ahead = F.lit(False)
-        if now is not None:
-            ahead = last > F.lit(now + self.cfg.clock_skew_tolerance_s)
         return parts.withColumn("bucket", bucket_column(self.buckets)).select(
             "bucket",
             F.when(F.col("reason").isNull(), key).alias("key"),
@@ -182,10 +196,13 @@ class Ingest:
             "reason",
             "events",
             "host",
+            "window_start_s",
             "last_event_s",
-            "progress_s",
-            F.coalesce(late, F.lit(False)).alias("late"),
-            F.coalesce(ahead, F.lit(False)).alias("ahead"),
+        )
+
+    def context(self, batch_id: int, now: float | None) -> BatchContext:
+        return BatchContext(
+            batch_id, self.cfg.window_s, now, self.watermark(), self.cfg.clock_skew_tolerance_s
         )
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
@@ -193,7 +210,7 @@ class Ingest:
         now = time.time()
         df = self.decode(raw, now=now)
         bound = now if self.bound_by_clock else None
-        counts = self.write_partials(self.rows(df, batch_id, bound), batch_id)
+        counts = self.write_partials(self.rows(df), self.context(batch_id, bound))
         t1 = time.perf_counter()
         if counts.rejected:  # a second read of this batch, only when it holds bad records
             self.write_dead_letters(df, batch_id)

@@ -40,6 +40,7 @@ from streaming.job.checkpoint import (
     open_checkpoint,
 )
 from streaming.job.ingest import (
+    BatchContext,
     BatchCounts,
     CountsParam,
     Ingest,
@@ -145,12 +146,18 @@ def state_stream(
 
 # ---- executor-side writers ---------------------------------------------------------------------
 def produce_partials(
-    topic: str, bootstrap: str, conf: dict[str, str], errors: Any, counts: Any, rows: Any
+    topic: str,
+    bootstrap: str,
+    conf: dict[str, str],
+    errors: Any,
+    counts: Any,
+    ctx: BatchContext,
+    rows: Any,
 ) -> None:
     """``foreachPartition`` body of the ingest query: valid partial rows to the partials topic,
     every row counted."""
     c = BatchCounts()
-    produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c))
+    produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c, ctx))
     counts.add(counts_dict(c))
 
 
@@ -264,14 +271,13 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     totals = StateTotals()
     sc = spark.sparkContext
 
-    def write_partials(df: DataFrame, _batch_id: int) -> BatchCounts:
+    def write_partials(df: DataFrame, ctx: BatchContext) -> BatchCounts:
         errs = sc.accumulator({}, CounterParam())
         counts = sc.accumulator(CountsParam().zero({}), CountsParam())
-        df.foreachPartition(
-            functools.partial(
-                produce_partials, s.partials_topic, s.bootstrap_servers, producer, errs, counts
-            )
+        body = functools.partial(
+            produce_partials, s.partials_topic, s.bootstrap_servers, producer, errs, counts, ctx
         )
+        df.foreachPartition(body)
         _add_errors(errors, errs.value)
         c = BatchCounts()
         merge_counts(c, counts.value)
@@ -379,10 +385,10 @@ def replay(
             rows = parse.dead_letters(df).select("value").collect()
             dead.extend(json.loads(r.value) for r in rows)
 
-        def write_partials(df: DataFrame, batch_id: int) -> BatchCounts:
+        def write_partials(df: DataFrame, ctx: BatchContext) -> BatchCounts:
             c = BatchCounts()
-            rows = list(count_rows(df.collect(), c))
-            _write_lines(folder / f"{batch_id:08d}.txt", [(r.key, r.value) for r in rows])
+            rows = list(count_rows(df.collect(), c, ctx))
+            _write_lines(folder / f"{ctx.batch:08d}.txt", [(r.key, r.value) for r in rows])
             return c
 
         def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:

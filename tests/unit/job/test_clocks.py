@@ -3,22 +3,25 @@ are counted by name (``clocks``, ``ingest.count_rows``, ``open_windows``)."""
 
 from __future__ import annotations
 
+import json
 from collections import namedtuple
 
 import pytest
 
 from streaming.job import clocks
-from streaming.job.ingest import BatchCounts, count_rows, counts_dict, merge_counts
+from streaming.job.ingest import BatchContext, BatchCounts, count_rows, counts_dict, merge_counts
 from streaming.job.open_windows import OpenWindows
 
 pytestmark = pytest.mark.unit
 
-Row = namedtuple("Row", "bucket key value reason events host last_event_s progress_s late ahead")
+Row = namedtuple("Row", "bucket key value reason events host window_start_s last_event_s")
 NOW = 1_800_000_000.0
+# Watermark 120 s behind NOW: windows (60 s) ending at or before NOW - 120 are closed.
+CTX = BatchContext(batch=7, window_s=60, now=NOW, watermark_s=NOW - 120, tolerance_s=10)
 
 
-def row(host: str, t: float, events: int = 10, late: bool = False, now: float = NOW) -> Row:
-    return Row(1, "k", "v", None, events, host, t, min(t, now), late, t > now + 10)
+def row(host: str, t: float, events: int = 10) -> Row:
+    return Row(1, "k", json.dumps({"host": host}), None, events, host, t - t % 60, t)
 
 
 def test_count_rows_drops_late_rows_and_reports_only_misbehaving_hosts():
@@ -27,12 +30,15 @@ def test_count_rows_drops_late_rows_and_reports_only_misbehaving_hosts():
         row("ok", NOW - 3),
         row("fast", NOW + 180),
         row("fast", NOW + 175, events=5),
-        row("slow", NOW - 400, events=7, late=True),
+        row("slow", NOW - 400, events=7),
         row("slow", NOW - 100, events=2),
-        Row(None, None, None, "malformed_json", 4, None, None, None, False, False),
+        Row(None, None, None, "malformed_json", 4, None, None, None),
     ]
-    passed = list(count_rows(rows, c))
-    assert [r.host for r in passed] == ["ok", "fast", "fast", "slow"]
+    passed = list(count_rows(rows, c, CTX))
+    assert [json.loads(r.value)["host"] for r in passed] == ["ok", "fast", "fast", "slow"]
+    # the value gets the batch and the event time bounded by the job's clock
+    assert json.loads(passed[1].value) == {"host": "fast", "batch": 7, "progress_s": NOW}
+    assert json.loads(passed[0].value)["progress_s"] == NOW - 3
     assert c.late == 7
     assert c.events == {"": 34, "malformed_json": 4}
     assert sorted(c.hosts) == ["fast", "slow"]  # "ok" stays on the executor
@@ -44,8 +50,8 @@ def test_count_rows_drops_late_rows_and_reports_only_misbehaving_hosts():
 
 def test_counts_survive_the_accumulator_round_trip():
     a, b = BatchCounts(), BatchCounts()
-    list(count_rows([row("fast", NOW + 180)], a))
-    list(count_rows([row("fast", NOW + 170, events=3), row("x", NOW - 500, late=True)], b))
+    list(count_rows([row("fast", NOW + 180)], a, CTX))
+    list(count_rows([row("fast", NOW + 170, events=3), row("x", NOW - 500)], b, CTX))
     merged = BatchCounts()
     merge_counts(merged, counts_dict(a))
     merge_counts(merged, counts_dict(b))
@@ -102,6 +108,13 @@ def test_the_list_is_bounded_and_the_rest_summed():
         "skewed_events_total": 5,
         "late_events_total": 0,
     }
+
+
+def test_replay_has_no_clock_bound_and_no_late_rows_before_a_watermark():
+    c = BatchCounts()
+    ctx = BatchContext(batch=0, window_s=60)
+    (r,) = count_rows([row("fast", NOW + 180)], c, ctx)
+    assert json.loads(r.value)["progress_s"] == NOW + 180 and c.hosts == {} and c.late == 0
 
 
 def _part(host: str, start: float, last: float, progress: float | None) -> dict:
