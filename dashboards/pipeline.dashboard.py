@@ -108,9 +108,10 @@ panels = [
     ),
     gf.timeseries(
         "Host clocks",
-        "Hosts whose newest event time is off the fleet's by more than the clock tolerance "
-        "(positive: the host's clock is ahead). Past the line (the watermark), a host behind "
-        "has its events dropped as late; the alert fires after 5 minutes.",
+        "Per host, its newest event time minus the fleet's (positive: the host's clock is "
+        "ahead), while it is off by more than the job's clock tolerance. Past either line (the "
+        "watermark) for 5 minutes ConnMonHostClockSkew fires: a host behind has its events "
+        "dropped as late, one ahead has its windows close late.",
         [
             (
                 f"max by (job_id, host) (connmon_job_host_clock_offset_seconds{{{ex}}})",
@@ -118,22 +119,31 @@ panels = [
             )
         ],
         "s",
-        thresholds=[(cfg.detectors.watermark_s, "red")],
+        thresholds=[(-cfg.detectors.watermark_s, "green"), (cfg.detectors.watermark_s, "red")],
+        below="red",
     ),
     gf.timeseries(
-        "Late and skewed events by host",
-        "Events per second per host that arrived behind the watermark (dropped), and that "
-        "came from a host whose clock was off; the 10 largest.",
+        "Late events by host",
+        "Events per second per host that arrived behind the watermark and were dropped (a "
+        "clock behind, or a backlog sent after an outage); the 10 largest.",
         [
             (
                 "topk(10, sum by (host) (rate(connmon_job_host_late_events_total"
                 f"{{{ex}}}[$__rate_interval])))",
-                "late {{host}}",
+                "{{host}}",
             ),
+        ],
+        "cps",
+    ),
+    gf.timeseries(
+        "Skewed events by host",
+        "Events per second per host sent while its clock was off by more than the job's clock "
+        "tolerance; the 10 largest.",
+        [
             (
                 "topk(10, sum by (host) (rate(connmon_job_host_skewed_events_total"
                 f"{{{ex}}}[$__rate_interval])))",
-                "skewed {{host}}",
+                "{{host}}",
             ),
         ],
         "cps",

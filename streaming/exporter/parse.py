@@ -28,6 +28,9 @@ REASONS = (
     "processing_error",  # an exporter bug, counted instead of crashing
 )
 
+# Hosts of one status record the exporter serves: the job lists at most 100 plus "(others)".
+MAX_HOSTS = 101
+
 SeriesLabels = tuple[str, str, str, str, str, str]  # side, host, app, cluster, broker_id, peer
 
 
@@ -258,22 +261,24 @@ def parse_status(raw: bytes | str) -> JobStatus:
 
 
 def _hosts(raw: Any) -> tuple[tuple[str, float | None, float, float], ...]:
-    """The status record's ``hosts`` (absent in records of older jobs)."""
+    """The status record's ``hosts``: absent in records of older jobs, at most ``MAX_HOSTS``
+    served (the job lists the most skewed first), a host named twice served once."""
     if raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(h, dict) for h in raw):
         raise InvalidMessage("invalid_value", "hosts is not a list of objects")
-    out = []
+    out: dict[str, tuple[str, float | None, float, float]] = {}
     for h in raw:
         host = h.get("host")
         if not isinstance(host, str) or not host:
             raise InvalidMessage("invalid_value", f"hosts: host={host!r}")
-        out.append(
-            (
-                clean(host),
-                _num(h, "clock_offset_s"),
-                _num(h, "skewed_events_total") or 0.0,
-                _num(h, "late_events_total") or 0.0,
-            )
+        label = clean(host)
+        row = (
+            label,
+            _num(h, "clock_offset_s"),
+            _nonneg(h, "skewed_events_total"),
+            _nonneg(h, "late_events_total"),
         )
-    return tuple(out)
+        if label not in out and len(out) < MAX_HOSTS:
+            out[label] = row
+    return tuple(out.values())

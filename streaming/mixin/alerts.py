@@ -102,6 +102,7 @@ def _alert(
 
 def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     ex, ag, w = cfg.exporter_selector, cfg.agent_selector, cfg.rate_window
+    wm = _g(cfg.detectors.watermark_s)
     return [
         _alert(
             cfg,
@@ -164,14 +165,18 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg,
             "ConnMonHostClockSkew",
-            f"max by (job_id, host) (abs(connmon_job_host_clock_offset_seconds{{{ex}}})) "
-            f"> {_g(cfg.detectors.watermark_s)}",
+            # Signed, so the description can say ahead or behind: the offset's magnitude is
+            # past the watermark either way.
+            f"max by (job_id, host) (connmon_job_host_clock_offset_seconds{{{ex}}} > {wm}) or "
+            f"min by (job_id, host) (connmon_job_host_clock_offset_seconds{{{ex}}} < -{wm})",
             cfg.clock_skew_for,
             "A host's clock is off by more than the job's watermark.",
-            "Events from host {{ $labels.host }} carry times {{ $value | humanizeDuration }} "
-            f"off the fleet's (watermark {_g(cfg.detectors.watermark_s)}s): behind, its events "
-            "arrive late and are dropped; ahead, its windows close late. Fix NTP/chrony on that "
-            "host.",
+            "The clock of host {{ $labels.host }} is off the fleet's by "
+            "{{ $value | humanizeDuration }} (job {{ $labels.job_id }}; positive: ahead, "
+            f"negative: behind), more than the watermark of {wm}s: "
+            "{{ if lt $value 0.0 }}its events arrive behind the watermark and are dropped as "
+            "late{{ else }}its windows close and its findings fire late{{ end }}. "
+            "Fix NTP/chrony on that host.",
             "warning",
         ),
         _alert(

@@ -44,8 +44,9 @@ def _targets(queries: Sequence[tuple[str, str]], instant: bool = False) -> list[
     ]
 
 
-def _steps(thresholds: Sequence[tuple[float, str]]) -> list[dict[str, Any]]:
-    steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
+def _steps(thresholds: Sequence[tuple[float, str]], base: str = "green") -> list[dict[str, Any]]:
+    """Grafana threshold steps: ``base`` below the first value, then each (value, color)."""
+    steps: list[dict[str, Any]] = [{"color": base, "value": None}]
     steps += [{"color": color, "value": value} for value, color in thresholds]
     return steps
 
@@ -58,14 +59,17 @@ def timeseries(
     thresholds: Sequence[tuple[float, str]] = (),
     width: int = 12,
     stack: bool = False,
+    below: str = "green",
 ) -> g.TimeSeries:
+    """A time series panel; ``thresholds`` (ascending) are drawn as lines, ``below`` is the
+    color under the first one."""
     return g.TimeSeries(
         title=title,
         description=description,
         dataSource=DATASOURCE,
         targets=_targets(queries),
         unit=unit,
-        thresholds=_steps(thresholds),
+        thresholds=_steps(thresholds, below),
         thresholdsStyleMode="line" if thresholds else "off",
         legendDisplayMode="table",
         legendPlacement="right" if width == FULL_WIDTH else "bottom",

@@ -33,8 +33,20 @@ CLI = [sys.executable, "-c", "import sys; from streaming.cli import main; sys.ex
 # with that selector instead of the default job="connmon-exporter".
 TEST_SELECTOR = 'job="connmon"'
 TEST_CFG = DEFAULT.replace(
-    exporter_selector=TEST_SELECTOR, finding_for="1s", job_stalled_for="1s", rate_window="1m"
+    exporter_selector=TEST_SELECTOR,
+    finding_for="1s",
+    job_stalled_for="1s",
+    clock_skew_for="1s",
+    rate_window="1m",
 )
+# The job status names one host ahead past the watermark and one behind whose events were
+# dropped as late, so the host panels have data and ConnMonHostClockSkew fires for both.
+SKEWED_HOSTS = [
+    {"host": "web-7", "clock_offset_s": 181.4, "skewed_events_total": 5520,
+     "late_events_total": 0},
+    {"host": "web-9", "clock_offset_s": -150.0, "skewed_events_total": 300,
+     "late_events_total": 12},
+]  # fmt: skip
 
 
 def _produce(bootstrap: str, topic: str, items: list[tuple[bytes, bytes | None]]) -> None:
@@ -186,7 +198,10 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
     _produce(
         bootstrap,
         topics["job_status"],
-        [(b"connmon-job", samples.status(ts=now - 1)), (b"connmon-job", samples.status(ts=now))],
+        [
+            (b"connmon-job", samples.status(ts=now - 1, hosts=SKEWED_HOSTS[:1])),
+            (b"connmon-job", samples.status(ts=now, hosts=SKEWED_HOSTS)),
+        ],
     )
 
 
@@ -217,6 +232,9 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
         == 1
     )
     assert ":9092" not in text  # no endpoint with a port in any label
+    host_labels = 'job_id="connmon-job",query="aggregates",host="web-9"'
+    exporter.wait_for(f"connmon_job_host_clock_offset_seconds{{{host_labels}}} -150.0")
+    assert f"connmon_job_host_late_events_total{{{host_labels}}} 12.0" in exporter.scrape()
 
     prom = prometheus_factory([f"127.0.0.1:{exporter.port}"], _rule_files(tmp_path))
     prom.wait_for('connmon_close_wait_sockets{host="web-1"} == 25', timeout_s=60)
@@ -232,6 +250,10 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
         "#connmonclosewaitbuildup"
     )
     assert "ConnMonIdleZombie" not in alerts  # resolved finding
+    skewed = prom.wait_for(
+        'ALERTS{alertname="ConnMonHostClockSkew", alertstate="firing"}', timeout_s=60
+    )
+    assert {a["metric"]["host"] for a in skewed} == {"web-7", "web-9"}
     assert "ConnMonJobStalled" not in alerts  # the job reported a batch just now
 
     # Recording rules have evaluated; counters have two samples for rate().

@@ -140,3 +140,39 @@ def test_each_scrape_builds_fresh_families(clock) -> None:
     second = generate_latest(reg)
     assert b"connmon_close_wait_sockets{" in first and first != second
     assert reg.get_sample_value("connmon_close_wait_sockets", L) == 11
+
+
+def test_job_hosts_are_served_per_host(clock) -> None:
+    """Exact lines for the hosts of one status record; no offset for a host not off now."""
+    store, reg = make(clock)
+    hosts = [
+        {"host": "web-7", "clock_offset_s": 181.4, "skewed_events_total": 5520,
+         "late_events_total": 0},
+        {"host": "db-2", "clock_offset_s": -240.0, "skewed_events_total": 90,
+         "late_events_total": 7},
+        {"host": "(others)", "clock_offset_s": None, "skewed_events_total": 40,
+         "late_events_total": 3},
+    ]  # fmt: skip
+    handle(store, "job_status", b"connmon-job", status(hosts=hosts), "x")
+    text = generate_latest(reg).decode()
+    lines = [line for line in text.splitlines() if line.startswith("connmon_job_host_")]
+    job = 'job_id="connmon-job",query="aggregates"'
+    assert lines == [
+        f'connmon_job_host_clock_offset_seconds{{host="web-7",{job}}} 181.4',
+        f'connmon_job_host_clock_offset_seconds{{host="db-2",{job}}} -240.0',
+        f'connmon_job_host_skewed_events_total{{host="web-7",{job}}} 5520.0',
+        f'connmon_job_host_skewed_events_total{{host="db-2",{job}}} 90.0',
+        f'connmon_job_host_skewed_events_total{{host="(others)",{job}}} 40.0',
+        f'connmon_job_host_late_events_total{{host="web-7",{job}}} 0.0',
+        f'connmon_job_host_late_events_total{{host="db-2",{job}}} 7.0',
+        f'connmon_job_host_late_events_total{{host="(others)",{job}}} 3.0',
+    ]
+    assert "# TYPE connmon_job_host_clock_offset_seconds gauge" in text
+    assert "# TYPE connmon_job_host_late_events_total counter" in text
+    # The next record lists no host (the fleet's clocks are fixed): the series are gone.
+    handle(store, "job_status", b"connmon-job", status(ts=NOW, hosts=[]), "x")
+    served = [
+        line for line in generate_latest(reg).decode().splitlines()
+        if line.startswith("connmon_job_host_")
+    ]  # fmt: skip
+    assert served == []

@@ -6,6 +6,7 @@ import pytest
 
 from streaming.exporter.labels import broker_label, clean, peer_label, strip_port
 from streaming.exporter.parse import (
+    MAX_HOSTS,
     InvalidMessage,
     parse_aggregate,
     parse_finding,
@@ -117,16 +118,63 @@ def test_finding_and_status() -> None:
 
 
 def test_status_hosts() -> None:
-    """The hosts the job named for their clocks; absent in an older job's records; a malformed
-    list is an invalid message, not a crash."""
+    """The hosts the job named for their clocks or late events, in the job's order."""
     assert parse_status(status()).hosts == (
         ("web-7", 181.4, 5520.0, 0.0),
         ("web-9", None, 0.0, 12.0),
     )
+    behind = {"host": "db-2", "clock_offset_s": -240, "late_events_total": 7}
+    others = {"host": "(others)", "clock_offset_s": None, "skewed_events_total": 40,
+              "late_events_total": 3}  # fmt: skip
+    assert parse_status(status(hosts=[behind, others])).hosts == (
+        ("db-2", -240.0, 0.0, 7.0),  # a missing total is 0
+        ("(others)", None, 40.0, 3.0),
+    )
+
+
+def test_status_hosts_missing_or_empty_is_no_host() -> None:
+    """Records of a job that does not publish ``hosts`` yet, and a healthy fleet."""
     assert parse_status(status(hosts=None)).hosts == ()
-    for bad in ({"host": "x"}, [{"clock_offset_s": 3}], [{"host": "x", "clock_offset_s": "3"}]):
-        with pytest.raises(InvalidMessage, match="hosts|clock_offset_s"):
-            parse_status(status(hosts=bad))
+    assert parse_status(status(hosts=[])).hosts == ()
+    older = json.loads(status())
+    del older["hosts"]
+    parsed = parse_status(json.dumps(older))
+    assert parsed.hosts == ()
+    assert parsed.values["connmon_job_dead_letter_events_total"] == 3
+
+
+@pytest.mark.parametrize(
+    ("hosts", "match"),
+    [
+        ({"host": "x"}, "hosts is not a list"),
+        (["web-1"], "hosts is not a list"),
+        ([{"clock_offset_s": 3}], "host=None"),
+        ([{"host": ""}], "host=''"),
+        ([{"host": 7}], "host=7"),
+        ([{"host": "x", "clock_offset_s": "3"}], "clock_offset_s"),
+        ([{"host": "x", "clock_offset_s": True}], "clock_offset_s"),
+        ([{"host": "x", "skewed_events_total": -1}], "skewed_events_total.*negative"),
+        ([{"host": "x", "late_events_total": "many"}], "late_events_total"),
+    ],
+)
+def test_malformed_hosts_are_an_invalid_message(hosts: object, match: str) -> None:
+    with pytest.raises(InvalidMessage, match=match) as exc:
+        parse_status(status(hosts=hosts))
+    assert exc.value.reason == "invalid_value"
+
+
+def test_status_host_labels_are_cleaned_unique_and_bounded() -> None:
+    odd = "web\n7\x00"
+    rows = [{"host": odd, "clock_offset_s": 200}, {"host": "web-1", "late_events_total": 1},
+            {"host": "web-1", "late_events_total": 9}]  # fmt: skip
+    hosts = parse_status(status(hosts=rows)).hosts
+    assert [h[0] for h in hosts] == [clean(odd), "web-1"]
+    assert hosts[0][0].startswith("web_7_~")
+    assert hosts[1] == ("web-1", None, 0.0, 1.0)  # a host named twice: the first row
+    many = [{"host": f"h{i}", "late_events_total": i} for i in range(150)]
+    hosts = parse_status(status(hosts=many)).hosts
+    assert len(hosts) == MAX_HOSTS == 101
+    assert hosts[-1] == ("h100", None, 0.0, 100.0)
 
 
 @pytest.mark.parametrize(
