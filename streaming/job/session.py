@@ -74,16 +74,17 @@ def is_local(master: str) -> bool:
 def connector_jars() -> list[str]:
     """Spark's Kafka connector and its dependencies (PySpark does not ship them): the jars in
     ``$CONNMON_SPARK_JARS``, else in the jar cache that ``make setup`` fills
-    (``$CONNMON_CACHE_DIR/jars/spark-kafka``, by default under ``deploy/local/.cache``). Empty
-    when neither exists: then the cluster must provide them (``--jars``/``--packages``)."""
+    (``$CONNMON_CACHE_DIR/jars/spark-kafka``, by default under ``deploy/local/.cache``), with
+    Hadoop's S3A filesystem for ``s3a://`` checkpoints (``jars/s3a``) when the cache has it.
+    Empty when neither exists: then the cluster must provide them (``--jars``/``--packages``)."""
     env = os.environ.get("CONNMON_SPARK_JARS")
     if env:
-        folder = Path(env)
+        folders = [Path(env)]
     else:
         cache = os.environ.get("CONNMON_CACHE_DIR")
         root = Path(cache) if cache else Path(__file__).resolve().parents[2] / "deploy/local/.cache"
-        folder = root / "jars" / "spark-kafka"
-    return sorted(str(p) for p in folder.glob("*.jar")) if folder.is_dir() else []
+        folders = [root / "jars" / "spark-kafka", root / "jars" / "s3a"]
+    return [str(p) for folder in folders if folder.is_dir() for p in sorted(folder.glob("*.jar"))]
 
 
 def job_conf(

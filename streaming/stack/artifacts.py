@@ -1,9 +1,12 @@
-"""Maven artifacts for the local stack: the Kafka broker and Spark's Kafka connector.
+"""Maven artifacts for the local stack: the Kafka broker, Spark's Kafka connector and Hadoop's
+S3A filesystem (``s3a://`` checkpoints).
 
-Both are published only on Maven Central. ``ensure(group)`` runs ``mvn
+All are published only on Maven Central. ``ensure(group)`` runs ``mvn
 dependency:copy-dependencies`` on a small pom in ``deploy/local/maven/<group>/`` into a
 git-ignored cache (``deploy/local/.cache``, or ``$CONNMON_CACHE_DIR``). A marker file holding the
-pom's hash makes a second run download nothing and start no Maven at all.
+pom's hash makes a second run download nothing and start no Maven at all. The folders of the
+jars for Spark's JVM (``SPARK_GROUPS``) hold only what PySpark does not ship already, so that
+the whole folder can go on Spark's classpath.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-GROUPS = ("kafka", "spark-kafka")
+GROUPS = ("kafka", "spark-kafka", "s3a")
+SPARK_GROUPS = ("spark-kafka", "s3a")  # jars for PySpark's JVM
 _MARKER = ".complete"
+_LAYOUT = b"without-pyspark-jars"  # in the marker: a folder filled unfiltered is filled again
 
 
 class ArtifactError(RuntimeError):
@@ -55,7 +61,8 @@ def _jar_dir(group: str) -> Path:
 
 
 def _pom_digest(group: str) -> str:
-    return hashlib.sha256(pom_path(group).read_bytes()).hexdigest()
+    text = pom_path(group).read_bytes()
+    return hashlib.sha256(text + _LAYOUT if group in SPARK_GROUPS else text).hexdigest()
 
 
 def is_cached(group: str) -> bool:
@@ -92,6 +99,10 @@ def ensure(group: str, quiet: bool = False) -> Path:
     if proc.returncode != 0:
         detail = (proc.stdout or "")[-2000:] if quiet else ""
         raise ArtifactError(f"mvn failed for {pom_path(group)} (exit {proc.returncode}){detail}")
+    if group in SPARK_GROUPS:
+        found = sorted(out.glob("*.jar"))
+        for jar in set(found) - set(_without_spark_provided(found)):
+            jar.unlink()
     (out / _MARKER).write_text(_pom_digest(group))
     return out
 
@@ -100,23 +111,39 @@ def jars(group: str) -> list[Path]:
     """The group's jars (fetched first if needed), sorted for a stable classpath."""
     folder = ensure(group, quiet=True)
     found = sorted(folder.glob("*.jar"))
-    if group == "spark-kafka":
+    if group in SPARK_GROUPS:
         found = _without_spark_provided(found)
     return found
 
 
 def _artifact_name(jar: Path) -> str:
-    """``kafka-clients-3.9.0.jar`` -> ``kafka-clients`` (``_2.13`` is part of the name)."""
-    return re.sub(r"-\d+(?:\.\d+)+(?:-\w+)?$", "", jar.stem)
+    """``kafka-clients-3.9.0.jar`` -> ``kafka-clients`` (``_2.13`` is part of the name),
+    ``netty-codec-4.1.118.Final.jar`` -> ``netty-codec``, ``zstd-jni-1.5.6-9.jar`` ->
+    ``zstd-jni``, ``log4j-1.2-api-2.24.3.jar`` -> ``log4j-1.2-api``."""
+    return re.sub(r"-\d+(?:\.\d+)+(?:\.[A-Za-z]\w*)?(?:-\w+)*$", "", jar.stem)
+
+
+def _classes(jar: Path) -> set[str]:
+    with zipfile.ZipFile(jar) as z:
+        return {n for n in z.namelist() if n.endswith(".class") and not n.startswith("META-INF/")}
 
 
 def _without_spark_provided(found: list[Path]) -> list[Path]:
-    """Drop jars PySpark already ships (scala, hadoop, slf4j ...): two versions of one library
-    on a classpath fail in ways that are hard to read."""
+    """Drop jars PySpark already ships (scala, hadoop, slf4j, netty ...): two versions of one
+    library on a classpath fail in ways that are hard to read. A jar counts as shipped when
+    PySpark has a jar of that name holding any of its classes (``annotations`` of the AWS SDK
+    is not JetBrains' ``annotations``)."""
     import pyspark
 
-    shipped = {_artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [j for j in found if _artifact_name(j) not in shipped]
+    shipped: dict[str, list[Path]] = {}
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar"):
+        shipped.setdefault(_artifact_name(jar), []).append(jar)
+    kept = []
+    for jar in found:
+        same_name = shipped.get(_artifact_name(jar), [])
+        if not same_name or not any(_classes(jar) & _classes(other) for other in same_name):
+            kept.append(jar)
+    return kept
 
 
 def check_spark_version() -> str:
@@ -132,8 +159,34 @@ def check_spark_version() -> str:
     return wanted
 
 
+def pyspark_hadoop_version() -> str:
+    """The version of the Hadoop client PySpark ships (``hadoop-client-api-<version>.jar``)."""
+    import pyspark
+
+    folder = Path(pyspark.__file__).parent / "jars"
+    for jar in folder.glob("hadoop-client-api-*.jar"):
+        m = re.fullmatch(r"hadoop-client-api-(.+)\.jar", jar.name)
+        if m:
+            return m.group(1)
+    raise ArtifactError(f"no hadoop-client-api jar in {folder}")
+
+
+def check_hadoop_version() -> str:
+    """hadoop-aws must have exactly the version of PySpark's Hadoop client; returns it."""
+    shipped = pyspark_hadoop_version()
+    wanted = pom_property("s3a", "hadoop.version")
+    if shipped != wanted:
+        raise ArtifactError(
+            f"installed pyspark ships Hadoop {shipped}, but hadoop.version is {wanted} in "
+            f"{pom_path('s3a')}; set it to {shipped} (and aws-sdk.version to the AWS SDK that "
+            "hadoop-aws of that version uses)"
+        )
+    return wanted
+
+
 def main() -> int:
     """``python -m streaming.stack.artifacts``: fetch everything (used by the Makefile)."""
+    check_hadoop_version()
     for group in GROUPS:
         cached = is_cached(group)
         folder = ensure(group)

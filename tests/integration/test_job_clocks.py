@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from test_job_kafka import Topics, consume_all, latest_by_key, lines, produce, recording, wait_for
+from job_helpers import Topics, consume_all, latest_by_key, lines, produce, recording, wait_for
 
 from streaming.job.pipeline import start_job
 
