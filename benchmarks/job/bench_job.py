@@ -26,13 +26,21 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).parent))
 
-from streaming.detectors.config import DetectorConfig  # noqa: E402
+from benchkit import (  # noqa: E402
+    Prober,
+    create_job_topics,
+    job_settings,
+    percentile,
+    start_cluster,
+    topic_names,
+)
+
 from streaming.job.checkpoint import INGEST_QUERY, STATE_QUERY  # noqa: E402
 from streaming.job.pipeline import kafka_source, start_job  # noqa: E402
 from streaming.job.settings import JobSettings  # noqa: E402
 from streaming.schema.events import spark_schema  # noqa: E402
-from streaming.stack.kafka import KafkaCluster, create_topics  # noqa: E402
 from streaming.stack.spark import local_session  # noqa: E402
 
 
@@ -180,9 +188,9 @@ def job_rate(spark, s: JobSettings) -> tuple[float, float | None]:
 
 
 def latency(spark, s: JobSettings, bootstrap: str, rate: int, probes: int) -> list[float]:
-    """Steady background load; probes are CLOSE_WAIT summaries of new series stamped now.
-    Latency = time the finding is consumed - the probe's event time."""
-    from confluent_kafka import Consumer, Producer
+    """Steady background load; probes are CLOSE_WAIT summaries of new series stamped now
+    (``benchkit.Prober``). Latency = time the finding is consumed - the probe's event time."""
+    from confluent_kafka import Producer
 
     pool = [json.dumps(e) for e in event_pool()[:2000]]
     stop = threading.Event()
@@ -205,47 +213,19 @@ def latency(spark, s: JobSettings, bootstrap: str, rate: int, probes: int) -> li
     job = start_job(spark, s)
     bg = threading.Thread(target=background, daemon=True)
     bg.start()
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
-                  "auto.offset.reset": "latest"})  # fmt: skip
-    c.subscribe([s.findings_topic])
-    time.sleep(20)  # let the job warm up under load
-    p = Producer({"bootstrap.servers": bootstrap})
-    sent: dict[str, float] = {}
-    lat: list[float] = []
+    prober = Prober(bootstrap, s.events_topic, s.findings_topic)
     try:
+        time.sleep(20)  # let the job warm up under load
         for k in range(probes):
-            t = time.time()
-            host = f"probe-{k}"
-            ev = {"schema": 1, "kind": "summary", "event_time": gen.iso(t), "host": host,
-                  "agent_id": host, "seq": 1, "cluster": "bench", "side": "client",
-                  "app": "leaky", "broker_id": 1, "broker_endpoint": "10.0.0.11:9092",
-                  "state": "CLOSE_WAIT", "count": 3, "oldest_state_age_s": 300.0,
-                  "interval_s": 10.0}  # fmt: skip
-            p.produce(s.events_topic, value=json.dumps(ev).encode())
-            p.flush(5)
-            sent[f"close_wait_buildup|client:{host}:leaky|1"] = t
-            deadline = time.time() + 3
-            while time.time() < deadline:
-                msg = c.poll(0.2)
-                if msg is not None and not msg.error():
-                    key = msg.key().decode()
-                    if key in sent and sent[key] is not None:
-                        lat.append(time.time() - sent[key])
-                        sent[key] = None  # type: ignore[assignment]
-        deadline = time.time() + 60
-        while any(v is not None for v in sent.values()) and time.time() < deadline:
-            msg = c.poll(0.5)
-            if msg is not None and not msg.error():
-                key = msg.key().decode()
-                if key in sent and sent[key] is not None:
-                    lat.append(time.time() - sent[key])
-                    sent[key] = None  # type: ignore[assignment]
+            prober.send(f"probe-{k}")
+            prober.poll(3)
+        prober.poll(60, until_done=True)
     finally:
         stop.set()
         bg.join(10)
-        c.close()
+        prober.close()
         job.stop()
-    return lat
+    return list(prober.latencies.values())
 
 
 def main() -> int:
@@ -267,8 +247,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("streaming.job.ingest").setLevel(logging.INFO)
 
-    cluster = KafkaCluster(brokers=1, name="connmon-bench")
-    cluster.start()
+    cluster = start_cluster("connmon-bench")
     work = tempfile.mkdtemp(prefix="connmon-bench-")
     result: dict[str, Any] = {
         "machine": f"{platform.system()} {platform.release()}, {os.cpu_count()} cores",
@@ -276,22 +255,16 @@ def main() -> int:
     }
     try:
         b = cluster.bootstrap_servers
-        names = {k: f"bench.{k}" for k in ("events", "aggregates", "findings", "deadletter",
-                                             "status")}  # fmt: skip
-        create_topics(b, {names["events"]: args.partitions, names["deadletter"]: 1})
-        create_topics(b, {names[k]: 1 for k in ("aggregates", "findings", "status")},
-                      config={"cleanup.policy": "compact"})  # fmt: skip
+        names = topic_names("bench")
+        create_job_topics(b, names, args.partitions)
         result["produce_events_per_s"] = round(
             produce_load(b, names["events"], args.events, span_s=1800)
         )
         spark = local_session(app_name="connmon-bench", master="local[2]")
-        s = JobSettings(
-            bootstrap_servers=b, events_topic=names["events"],
-            aggregates_topic=names["aggregates"], findings_topic=names["findings"],
-            deadletter_topic=names["deadletter"], status_topic=names["status"],
-            starting_offsets="earliest", max_offsets_per_trigger=args.max_offsets_per_trigger,
-            checkpoint=f"{work}/job", detectors=DetectorConfig(),
-        ).validate()  # fmt: skip
+        s = job_settings(
+            b, names, starting_offsets="earliest", checkpoint=f"{work}/job",
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )  # fmt: skip
         rate_b, n_b, wall_b, sus_b = baseline(spark, s, work)
         rate_p, _, wall_p, sus_p = baseline(spark, s, work, parsed=True)
         if args.floors:
@@ -338,7 +311,7 @@ def main() -> int:
                     latency_probes=len(lat),
                     latency_expected=args.probes,
                     latency_p50_s=round(statistics.median(lat), 2),
-                    latency_p95_s=round(lat[min(len(lat) - 1, int(0.95 * len(lat)))], 2),
+                    latency_p95_s=round(percentile(lat, 0.95), 2),
                     latency_max_s=round(lat[-1], 2),
                     latency_background_events_per_s=args.latency_rate,
                 )
