@@ -23,7 +23,7 @@ SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 16384
 MAX_STRING_CHARS = 256
 
-KINDS = ("opened", "transition", "closed", "summary", "heartbeat")
+KINDS = ("opened", "transition", "closed", "summary", "heartbeat", "short_lived")
 SIDES = ("client", "broker")
 # Linux TCP states by their kernel number (include/net/tcp_states.h).
 TCP_STATES = {
@@ -43,8 +43,14 @@ TCP_STATES = {
 STATE_NAMES = tuple(TCP_STATES.values())
 CLOSED_BY = ("local", "peer", "unknown")
 OPEN_REASONS = ("new", "initial")  # "initial": already open when the agent started
+# Why a connect failed (the socket went from SYN_SENT straight to CLOSE): refused (RST: nothing
+# listens), timeout (no answer), unreachable (ICMP host/network unreachable), aborted (the
+# client closed it while connecting: its own connect timeout), error (any other errno).
+CONNECT_ERRORS = ("refused", "timeout", "unreachable", "aborted", "error")
 
 _SOCKET_KINDS = ("opened", "transition", "closed")
+# Counted connections (eBPF collector): attributed like a socket, no socket of their own.
+_COUNTED = ("short_lived",)
 
 
 def fit(text: str) -> str:
@@ -84,13 +90,16 @@ FIELDS: tuple[Field, ...] = (
     Field("seq", "long", "Per-agent monotonic sequence number.", required=True, minimum=0),
     # Socket identity and attribution: socket events and summaries.
     Field(
-        "cluster", "string", "Configured Kafka cluster name.", kinds=_SOCKET_KINDS + ("summary",)
+        "cluster",
+        "string",
+        "Configured Kafka cluster name.",
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field(
         "side",
         "string",
         "client: this host connects to a broker; broker: a client connects to this broker.",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
         required=True,
         enum=SIDES,
     ),
@@ -98,45 +107,58 @@ FIELDS: tuple[Field, ...] = (
         "app",
         "string",
         "Application name from the agent's app rules (bounded; 'unknown' if unattributed).",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
         required=True,
     ),
     Field(
         "broker_id",
         "long",
         "Kafka broker id, null when the endpoint is not known from metadata.",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field(
         "broker_endpoint",
         "string",
         "Broker listener host:port (client side: the peer; broker side: the local listener).",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
         required=True,
     ),
     Field(
         "peer_host",
         "string",
         "Broker side: the client's address (or name); client side: null.",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field(
         "bootstrap",
         "boolean",
         "The endpoint is known only from bootstrap.servers, not from metadata.",
-        kinds=_SOCKET_KINDS,
+        kinds=_SOCKET_KINDS + _COUNTED,
     ),
     Field(
         "pid",
         "long",
         "Owning process id (null for TIME_WAIT or unattributed).",
-        kinds=_SOCKET_KINDS,
+        kinds=_SOCKET_KINDS + _COUNTED,
     ),
-    Field("comm", "string", "Owning process name.", kinds=_SOCKET_KINDS),
-    Field("container", "string", "Container or pod id from the cgroup path.", kinds=_SOCKET_KINDS),
-    Field("pod", "string", "Kubernetes pod name of the owning process.", kinds=_SOCKET_KINDS),
+    Field("comm", "string", "Owning process name.", kinds=_SOCKET_KINDS + _COUNTED),
     Field(
-        "namespace", "string", "Kubernetes namespace of the owning process.", kinds=_SOCKET_KINDS
+        "container",
+        "string",
+        "Container or pod id from the cgroup path.",
+        kinds=_SOCKET_KINDS + _COUNTED,
+    ),
+    Field(
+        "pod",
+        "string",
+        "Kubernetes pod name of the owning process.",
+        kinds=_SOCKET_KINDS + _COUNTED,
+    ),
+    Field(
+        "namespace",
+        "string",
+        "Kubernetes namespace of the owning process.",
+        kinds=_SOCKET_KINDS + _COUNTED,
     ),
     Field(
         "client_library",
@@ -144,13 +166,13 @@ FIELDS: tuple[Field, ...] = (
         "Client side: the Kafka client library of the owning process ("
         + ", ".join(CLIENT_LIBRARIES)
         + f", or {UNKNOWN_LIBRARY}; a newer agent may know more); broker side: null.",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field(
         "client_version",
         "string",
         "Version of client_library as the library states it, null when not found.",
-        kinds=_SOCKET_KINDS + ("summary",),
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),
     Field("inode", "long", "Socket inode (0 for TIME_WAIT).", kinds=_SOCKET_KINDS),
@@ -199,8 +221,30 @@ FIELDS: tuple[Field, ...] = (
         "string",
         "Who closed first: local (FIN_WAIT*/TIME_WAIT path), peer (CLOSE_WAIT/LAST_ACK path, "
         "or gone from ESTABLISHED with no TIME_WAIT left).",
-        kinds=("transition", "closed"),
+        kinds=("transition", "closed", "short_lived"),
         enum=CLOSED_BY,
+    ),
+    Field(
+        "connect_error",
+        "string",
+        "The connect failed (SYN_SENT to CLOSE) and why; only the eBPF collector sees every one "
+        "(a failed connect leaves no socket for a scan).",
+        kinds=("closed", "short_lived"),
+        enum=CONNECT_ERRORS,
+    ),
+    Field(
+        "lifetime_sum_s",
+        "double",
+        "Sum of the counted connections' lifetimes (null: their opens were not seen).",
+        kinds=_COUNTED,
+        minimum=0,
+    ),
+    Field(
+        "lifetime_max_s",
+        "double",
+        "Longest lifetime among the counted connections.",
+        kinds=_COUNTED,
+        minimum=0,
     ),
     Field(
         "idle_at_close_s",
@@ -246,7 +290,13 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("rtt_s", "double", "Smoothed round-trip time.", kinds=_SOCKET_KINDS, minimum=0),
     # Summary: one per (host, app, side, broker, state) per summary interval.
-    Field("count", "long", "Sockets in this group.", kinds=("summary",), minimum=0),
+    Field(
+        "count",
+        "long",
+        "summary: sockets in this group; short_lived: connections counted.",
+        kinds=("summary", "short_lived"),
+        minimum=0,
+    ),
     Field(
         "oldest_state_age_s",
         "double",
@@ -312,8 +362,8 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "interval_s",
         "double",
-        "Seconds between summaries (and heartbeats).",
-        kinds=("summary", "heartbeat"),
+        "Seconds between summaries (and heartbeats); short_lived: the period counted.",
+        kinds=("summary", "heartbeat", "short_lived"),
         minimum=0,
     ),
     # Heartbeat: one per agent per summary interval.
