@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--basic-auth-user", help="require basic auth on /metrics as this user")
     p.add_argument("--basic-auth-password-file", help="file holding that user's password")
     p.add_argument("--collector", choices=("auto", "netlink", "proc"))
+    p.add_argument("--ebpf", choices=("auto", "on", "off"))
     p.add_argument(
         "--network-namespaces",
         choices=agent_config.NETWORK_NAMESPACES,
@@ -83,6 +84,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             "basic_auth_user",
             "basic_auth_password_file",
             "collector",
+            "ebpf",
             "network_namespaces",
             "host",
             "queue_size",
@@ -113,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from streaming.agent.kubeapi import START_WAIT_S
     from streaming.agent.metrics import AgentMetrics
     from streaming.agent.producer import KafkaSink, StreamSink
-    from streaming.agent.runner import Agent, make_pod_watcher, make_refresher
+    from streaming.agent.runner import Agent, make_ebpf, make_pod_watcher, make_refresher
 
     stop = StopSignal("agent").install()  # a signal during the start is acted on after it
     cfg = agent_config.load(args.config, _flags(args))
@@ -135,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         # The first scan names pods (and applies label rules) from the API's list if it comes
         # in time; processes read before it are named again once it is in.
         pods.start().wait_synced(START_WAIT_S)
-    agent = Agent(cfg, sink, metrics, refresher, pod_source=pods)
+    collector = None if args.once else make_ebpf(cfg, metrics)
+    agent = Agent(cfg, sink, metrics, refresher, pod_source=pods, ebpf_collector=collector)
     agent.stop_event = stop.event
     if args.once:
         agent.scan(force_summary=True)
@@ -156,10 +159,11 @@ def run(args: argparse.Namespace) -> int:
     # cyclic collector would run dozens of times per scan over the long-lived tracked sockets.
     gc.set_threshold(50_000, 20, 20)
     log.info(
-        "agent %s: %d cluster(s), collector %s, scanning every %.1fs",
+        "agent %s: %d cluster(s), collector %s%s, scanning every %.1fs",
         agent.events.agent_id,
         len(cfg.clusters),
         agent.collector.name,
+        " + ebpf" if collector is not None else "",
         cfg.scan_interval_s,
     )
     try:
@@ -168,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
         refresher.stop()
         if pods is not None:
             pods.stop()
+        if collector is not None:
+            collector.stop()
         left = sink.close(cfg.flush_timeout_s)
     undelivered = f"{left} event(s) not delivered" if left else ""
     if stop.requested:

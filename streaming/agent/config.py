@@ -15,6 +15,7 @@ File layout (YAML; TOML has the same keys)::
     basic_auth_user: prometheus     # with basic_auth_password_file: basic auth on /metrics
     basic_auth_password_file: /etc/connmon/metrics.password   # the password, one line
     collector: auto                 # auto | netlink | proc
+    ebpf: auto                      # auto: when kernel and privileges allow | on | off
     network_namespaces: all         # all: every network namespace on the host | own: the agent's
     kafka:                          # producer (librdkafka) settings, security included
       bootstrap.servers: kafka-1:9092
@@ -48,6 +49,7 @@ from streaming.agent.apps import FIELDS as APP_FIELDS
 from streaming.agent.apps import LABEL_PREFIX, AppRule
 from streaming.agent.collector import COLLECTORS
 from streaming.agent.collector import NAMESPACE_MODES as NETWORK_NAMESPACES
+from streaming.agent.ebpf import MODES as EBPF_MODES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.agent.kubeapi import API_MODES, valid_label_key
 from streaming.errors import ConfigError
@@ -93,6 +95,7 @@ class AgentConfig:
     basic_auth_user: str | None = None
     basic_auth_password_file: str | None = None
     collector: str = "auto"
+    ebpf: str = "auto"
     network_namespaces: str = "all"
     kafka: Mapping[str, str] = field(default_factory=dict)
     apps: tuple[AppRule, ...] = ()
@@ -122,6 +125,7 @@ _SCALARS: dict[str, Any] = {
     "basic_auth_user": str,
     "basic_auth_password_file": str,
     "collector": str,
+    "ebpf": str,
     "network_namespaces": str,
     "proc_root": str,
     "flush_timeout_s": float,
@@ -314,6 +318,8 @@ def build(
         raise ConfigError(f"queue_size: must be at least 1, not {scalars['queue_size']}")
     if scalars.get("collector", "auto") not in COLLECTORS:
         raise ConfigError(f"collector: must be one of {', '.join(COLLECTORS)}")
+    if scalars.get("ebpf", "auto") not in EBPF_MODES:
+        raise ConfigError(f"ebpf: must be one of {', '.join(EBPF_MODES)}, not {scalars['ebpf']!r}")
     if scalars.get("network_namespaces", "all") not in NETWORK_NAMESPACES:
         raise ConfigError(
             f"network_namespaces: must be one of {', '.join(NETWORK_NAMESPACES)}, "

@@ -65,6 +65,9 @@ REOPEN_HORIZON_S = 3600.0
 # (a Java client's bootstrap connection: one metadata exchange, then nothing), unless it
 # re-opens one its process lost: a rarely used client that reconnects for each use.
 UNUSED_AFTER_OPEN_S = 10.0
+# How long a socket that left the table is remembered: the eBPF collector may report its close
+# after the scan that found it gone, and that connection was the scans' to report.
+GONE_MEMORY_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,26 @@ class Tracked:
     reopened: bool = False  # its process lost a connection to this broker before
 
 
+def meta_fields(m: Meta) -> dict[str, Any]:
+    """A socket's attribution as event fields."""
+    return {
+        "cluster": m.cluster,
+        "side": m.side,
+        "app": m.app,
+        "broker_id": m.broker_id,
+        "broker_endpoint": m.broker_endpoint,
+        "peer_host": m.peer_host,
+        "bootstrap": m.bootstrap,
+        "pid": m.pid,
+        "comm": m.comm,
+        "container": m.container,
+        "pod": m.pod,
+        "namespace": m.namespace,
+        "client_library": m.client_library,
+        "client_version": m.client_version,
+    }
+
+
 def _closed_by_for(state: int) -> str | None:
     if state in PEER_CLOSE_STATES:
         return "peer"
@@ -138,6 +161,11 @@ class SocketLifecycles:
     def __init__(self) -> None:
         self.sockets: dict[tuple[int, str, int, str, int], Tracked] = {}
         self.initialized = False
+        # Set while the kernel counts every connection no scan saw (the eBPF collector): a new
+        # socket first seen already closed (TIME_WAIT) was counted there, so it is tracked for the
+        # summaries without events of its own.
+        self.counted_elsewhere = False
+        self._gone: dict[tuple, float] = {}  # key -> when a scan last found it gone
         self._last_groups: dict[tuple, tuple[int | None, str]] = {}
         self._gen = 0
         self._lost: dict[tuple, LostConnection] = {}  # reopen key -> last close
@@ -181,14 +209,23 @@ class SocketLifecycles:
             else:
                 self._observe(t, rec, meta, now, events)
             t.gen = gen
+        gone = self._gone
+        if gone and next(iter(gone.values())) < now - GONE_MEMORY_S:
+            self._gone = gone = {k: v for k, v in gone.items() if v >= now - GONE_MEMORY_S}
         for key in [k for k, t in sockets.items() if t.gen != gen]:
             t = sockets.pop(key)
+            gone.pop(key, None)  # keep the dict in time order: the oldest entry first
+            gone[key] = now
             if not t.closed_emitted:
                 if t.closed_by is None and t.rec.state == ESTABLISHED:
                     t.closed_by = "peer"  # no TIME_WAIT left behind: see the module docstring
                 self._close(t, now, events)
         self._pair(now)
         return events
+
+    def recently_gone(self, key: tuple) -> bool:
+        """Whether a scan tracked this socket until it left the table, not long ago."""
+        return key in self._gone
 
     # ---- reap-and-reconnect pairing ------------------------------------------------------
     @staticmethod
@@ -260,6 +297,10 @@ class SocketLifecycles:
         entered = self._entered(rec, now, None)
         t = Tracked(rec, meta, min(now, entered), entered, now, idle, idle, now)
         self.sockets[key] = t
+        if rec.state in FINAL_STATES and not initial and self.counted_elsewhere:
+            t.closed_by = _closed_by_for(rec.state)
+            t.closed_emitted = True
+            return t
         ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
         events.append(ev)
         if not initial:
@@ -342,23 +383,10 @@ class SocketLifecycles:
 
     @staticmethod
     def _fields(t: Tracked, kind: str, now: float, **extra: Any) -> dict:
-        m, r = t.meta, t.rec
+        r = t.rec
         ev: dict[str, Any] = {
             "kind": kind,
-            "cluster": m.cluster,
-            "side": m.side,
-            "app": m.app,
-            "broker_id": m.broker_id,
-            "broker_endpoint": m.broker_endpoint,
-            "peer_host": m.peer_host,
-            "bootstrap": m.bootstrap,
-            "pid": m.pid,
-            "comm": m.comm,
-            "container": m.container,
-            "pod": m.pod,
-            "namespace": m.namespace,
-            "client_library": m.client_library,
-            "client_version": m.client_version,
+            **meta_fields(t.meta),
             "conn": r.conn,
             "inode": r.inode,
             "state": TCP_STATES.get(r.state, "CLOSE"),

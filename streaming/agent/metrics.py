@@ -37,6 +37,7 @@ class AgentMetrics:
         self.dropped = _counter(names.EVENTS_DROPPED, reg)
         self.delivery_errors = _counter(names.DELIVERY_ERRORS, reg)
         self.collector = _gauge(names.COLLECTOR_INFO, reg)
+        self.ebpf_lost = _counter(names.EBPF_LOST, reg)
         self.last_scan = _gauge(names.LAST_SCAN, reg)
         self.last_metadata = _gauge(names.LAST_METADATA_REFRESH, reg)
         self.queue = _gauge(names.QUEUE_LENGTH, reg)
@@ -61,6 +62,9 @@ class AgentMetrics:
     def set_collector(self, name: str) -> None:
         for other in ("netlink", "proc"):
             self.collector.labels(other).set(1 if other == name else 0)
+
+    def set_ebpf(self, running: bool) -> None:
+        self.collector.labels("ebpf").set(1 if running else 0)
 
     def set_namespaces(self, scanned: int, unreadable: int, errors: _Tally) -> None:
         """The collector's namespace figures; ``errors`` are its running totals by reason."""

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.agent.pods import PodDirectory, PodRef, parse_cgroup
+
+# How long details read at a process's first connect outlive the process (``remember``).
+REMEMBER_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +67,19 @@ class ProcessTable:
         self._info: dict[int, ProcInfo | None] = {}
         self._pod_uids: dict[int, str] = {}  # pid -> pod uid from its cgroup
         self._unresolvable: set[int] = set()
+        self._early: dict[int, tuple[ProcInfo | None, float]] = {}  # see ``remember``
         self.pid_scans = 0  # fd directories read, for tests and benchmarks
 
     def lookup(self, inodes: set[int]) -> dict[int, ProcInfo]:
         """Owners of the given socket inodes (inode 0 and unowned inodes are left out)."""
         wanted = {i for i in inodes if i}
         pids = self._list_pids()
-        for gone in [p for p in self._pid_inodes if p not in pids]:
+        alive = set(pids)
+        for gone in [p for p in self._pid_inodes if p not in alive]:
             self._forget(gone)
+        horizon = time.monotonic() - REMEMBER_S
+        for pid in [p for p, (_, at) in list(self._early.items()) if at < horizon]:
+            self._early.pop(pid, None)
         fresh = [pid for pid in pids if pid not in self._pid_inodes]
         for pid in fresh:
             self._scan_pid(pid)
@@ -104,6 +113,8 @@ class ProcessTable:
         if pid not in self._info:
             self._info[pid] = self._read_info(pid)
         info = self._info[pid]
+        if info is None and pid in self._early:
+            info = self._early[pid][0]  # exited since it connected
         uid = self._pod_uids.get(pid)
         if info is not None and uid is not None and self.pods is not None:
             # The pod may have become known (the API's first list came after this process was
@@ -112,6 +123,13 @@ class ProcessTable:
             if pod is not None and pod != info.pod:
                 info = self._info[pid] = dataclasses.replace(info, pod=pod)
         return info
+
+    def remember(self, pid: int) -> None:
+        """Read a process's details now, before it may exit; ``info`` answers from them for
+        ``REMEMBER_S`` after it is gone. Safe from another thread (one dict assignment)."""
+        now = time.monotonic()
+        if pid not in self._early or self._early[pid][1] < now - REMEMBER_S / 2:
+            self._early[pid] = (self._read_info(pid), now)
 
     def _list_pids(self) -> list[int]:
         try:

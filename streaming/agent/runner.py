@@ -3,6 +3,7 @@ constructor (collector, process table, metadata, sink, clock) so tests can repla
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import operator
 import os
@@ -13,12 +14,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from streaming import __version__
-from streaming.agent import kubeapi, procnet
+from streaming.agent import ebpf, kubeapi, netns, procnet
 from streaming.agent.apps import AppNamer, label_keys
 from streaming.agent.collector import Collector
-from streaming.agent.config import AgentConfig
+from streaming.agent.config import AgentConfig, ConfigError
 from streaming.agent.events import EventFactory, make_agent_id
 from streaming.agent.kafka_meta import (
+    Classification,
     ClusterEndpoints,
     EndpointMap,
     MetadataRefresher,
@@ -26,11 +28,11 @@ from streaming.agent.kafka_meta import (
 )
 from streaming.agent.libraries import UNKNOWN as UNKNOWN_LIBRARY_ID
 from streaming.agent.libraries import ClientLibrary, LibraryIdentifier
-from streaming.agent.lifecycle import Meta, SocketLifecycles
+from streaming.agent.lifecycle import Meta, SocketLifecycles, meta_fields
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.pods import PodDirectory, PodSource
 from streaming.agent.procs import ProcessTable, ProcInfo
-from streaming.agent.records import SocketRecord
+from streaming.agent.records import CLOSE, SocketRecord
 from streaming.schema.events import TCP_STATES
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,40 @@ def make_pod_watcher(
     return watcher
 
 
+def make_ebpf(cfg: AgentConfig, metrics: AgentMetrics) -> ebpf.EbpfCollector | None:
+    """The eBPF collector, not started; None when ``ebpf`` is off or (``auto``) this host or
+    this agent's privileges do not allow it. ConfigError when ``on`` cannot work."""
+    if cfg.ebpf == "off" or cfg.collector == "proc":
+        return None
+    why = ebpf.unavailable()
+    if why is not None:
+        if cfg.ebpf == "on":
+            raise ConfigError(f"ebpf: on, but {why}")
+        log.info("eBPF collector not used: %s; connections shorter than a scan are missed", why)
+        return None
+    return ebpf.EbpfCollector(max(1, round(cfg.scan_interval_s)), on_lost=metrics.ebpf_lost.inc)
+
+
+def _merge_counts(
+    rows: list[tuple[Meta, ebpf.ConnectionCount]],
+) -> dict[tuple, list]:
+    """Fold counts that mean the same (one process, broker and ending) into one."""
+    out: dict[tuple, list] = {}
+    for meta, c in rows:
+        key = (meta, c.closed_by, c.connect_error)
+        slot = out.get(key)
+        if slot is None:
+            out[key] = [c.count, c.lifetime_sum_s, c.lifetime_max_s]
+            continue
+        slot[0] += c.count
+        slot[1] = (
+            None if slot[1] is None or c.lifetime_sum_s is None else slot[1] + c.lifetime_sum_s
+        )
+        if c.lifetime_max_s is not None:
+            slot[2] = c.lifetime_max_s if slot[2] is None else max(slot[2], c.lifetime_max_s)
+    return out
+
+
 class Agent:
     """One agent instance; ``scan()`` does one scan, ``run()`` loops until stopped."""
 
@@ -100,6 +136,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         libraries: LibraryIdentifier | None = None,
         pod_source: PodSource | None = None,
+        ebpf_collector: ebpf.EbpfCollector | None = None,
     ) -> None:
         self.cfg = cfg
         self.sink = sink
@@ -119,6 +156,13 @@ class Agent:
         self.last_scan_s = 0.0
         self.last_socket_count = 0
         self.stop_event = threading.Event()
+        self.ebpf = ebpf_collector
+        if ebpf_collector is not None:
+            ebpf_collector.on_process = self.procs.remember
+        # Own-namespace mode: the kernel reports every namespace; only the agent's is kept.
+        self._own_ns = (
+            netns.read_ns(cfg.proc_root, "self") if cfg.network_namespaces == "own" else None
+        )
         self._last_map = None
         # The last scan's records, unchanged pairs and counts, when it found nothing new.
         self._steady: tuple[list, list, dict] | None = None
@@ -137,6 +181,7 @@ class Agent:
         t0 = time.perf_counter()
         now = self.clock()
         em = self.refresher.current()
+        counted = self._ebpf_items(em)
         records = self.collector.scan(em.ports() or None)
         same_map = em is self._last_map
         self._last_map = em
@@ -159,31 +204,15 @@ class Agent:
         owners = self.procs.lookup({rec.inode for rec, _ in fresh}) if fresh else {}
         for rec, c in fresh:
             info = owners.get(rec.inode)
-            app = "kafka-broker" if c.side == "broker" else self.namer.name(info)
             lib = self._library(info) if c.side == "client" else None
-            meta = Meta(
-                cluster=c.cluster,
-                side=c.side,
-                app=app,
-                broker_id=c.broker_id,
-                broker_endpoint=c.broker_endpoint,
-                peer_host=c.peer_host,
-                bootstrap=c.bootstrap,
-                pid=info.pid if info else None,
-                comm=info.comm if info else None,
-                container=info.container if info else None,
-                pod=info.pod.name if info and info.pod else None,
-                namespace=info.pod.namespace if info and info.pod else None,
-                client_library=lib.name if lib else None,
-                client_version=lib.version if lib else None,
-            )
-            observations.append((rec, meta))
+            observations.append((rec, self._meta(c, info, lib)))
             ck = (rec.state, c.side)
             counts[ck] = counts.get(ck, 0) + 1
         emitted = 0
         for fields in self.lifecycles.update(now, observations, unchanged):
             self._emit(fields, now)
             emitted += 1
+        emitted += self._emit_counts(counted, em, now)
         self.last_scan_s = time.perf_counter() - t0
         self.last_socket_count = len(observations) + len(unchanged)
         due = self.last_summary is None or now - self.last_summary >= self.cfg.summary_interval_s
@@ -204,6 +233,96 @@ class Agent:
         self.metrics.last_scan.set(now)
         self.sink.pump()
         return emitted
+
+    def _ebpf_items(self, em: EndpointMap) -> list[tuple[ebpf.ConnectionCount, ProcInfo | None]]:
+        """Start (or follow the ports of) the eBPF collector and take what it counted. Taken
+        before the scan's dump, while the tracker still holds every socket the last scans saw:
+        a connection printed on its own that the tracker knows is the tracker's to report."""
+        col = self.ebpf
+        if col is None:
+            return []
+        ports = em.ports()
+        col.ensure(ports)
+        self.lifecycles.counted_elsewhere = col.running
+        self.metrics.set_ebpf(col.running)
+        known = self.lifecycles.sockets
+        own = self._own_ns
+        clients = frozenset(p for _, p in em.endpoints)
+        out: list[tuple[ebpf.ConnectionCount, ProcInfo | None]] = []
+        for item in col.drain():
+            if own is not None:
+                if item.netns != own:
+                    continue
+                ns = 0
+            else:
+                ns = item.netns
+            if isinstance(item, ebpf.Closed):
+                key = (ns, item.src, item.sport, item.dst, item.dport)
+                if key in known or self.lifecycles.recently_gone(key):
+                    continue
+                item = item.as_count(clients)
+            if ns != item.netns:
+                item = dataclasses.replace(item, netns=ns)
+            # Named now: the process table forgets exited processes at the scan's lookup.
+            info = None
+            if item.pid:
+                info = self.procs.info(item.pid) or ProcInfo(item.pid, item.comm, (), None, None)
+            out.append((item, info))
+        return out
+
+    def _emit_counts(
+        self,
+        counted: list[tuple[ebpf.ConnectionCount, ProcInfo | None]],
+        em: EndpointMap,
+        now: float,
+    ) -> int:
+        """One ``short_lived`` event per (process, broker, ending) the kernel counted."""
+        if not counted:
+            return 0
+        rows: list[tuple[Meta, ebpf.ConnectionCount]] = []
+        for c, info in counted:
+            rec = SocketRecord(0, CLOSE, c.src, c.sport, c.dst, c.dport, 0, 0, netns=c.netns)
+            cls = classify(rec, em)
+            if cls is None:
+                continue
+            if cls.side != "client":
+                info = None
+            lib = self._library(info) if cls.side == "client" else None
+            rows.append((self._meta(cls, info, lib), c))
+        interval = float(self.ebpf.interval_s) if self.ebpf is not None else 0.0
+        n = 0
+        for (meta, by, error), (count, total, top) in _merge_counts(rows).items():
+            fields = {
+                "kind": "short_lived",
+                **meta_fields(meta),
+                "count": count,
+                "closed_by": by,
+                "connect_error": error,
+                "lifetime_sum_s": None if total is None else round(total, 6),
+                "lifetime_max_s": None if top is None else round(top, 6),
+                "interval_s": interval,
+            }
+            self._emit(fields, now)
+            n += 1
+        return n
+
+    def _meta(self, c: Classification, info: ProcInfo | None, lib: ClientLibrary | None) -> Meta:
+        return Meta(
+            cluster=c.cluster,
+            side=c.side,
+            app="kafka-broker" if c.side == "broker" else self.namer.name(info),
+            broker_id=c.broker_id,
+            broker_endpoint=c.broker_endpoint,
+            peer_host=c.peer_host,
+            bootstrap=c.bootstrap,
+            pid=info.pid if info else None,
+            comm=info.comm if info else None,
+            container=info.container if info else None,
+            pod=info.pod.name if info and info.pod else None,
+            namespace=info.pod.namespace if info and info.pod else None,
+            client_library=lib.name if lib else None,
+            client_version=lib.version if lib else None,
+        )
 
     def _library(self, info: ProcInfo | None) -> ClientLibrary:
         """The client library of a client socket's process (``unknown`` when unattributed)."""

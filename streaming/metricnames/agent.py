@@ -38,8 +38,14 @@ DELIVERY_ERRORS = Metric(
 COLLECTOR_INFO = Metric(
     "connmon_agent_collector_info",
     "gauge",
-    "1 for the socket collector in use (netlink or proc).",
+    "1 for each collector in use: the scans' (netlink or proc) and ebpf while the kernel "
+    "counts every connection's open and close.",
     ("collector",),
+)
+EBPF_LOST = Metric(
+    "connmon_agent_ebpf_events_lost_total",
+    "counter",
+    "eBPF collector output the kernel's perf buffer dropped before it was read.",
 )
 LAST_SCAN = Metric(
     "connmon_agent_last_scan_timestamp_seconds",
@@ -101,6 +107,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     EVENTS_DROPPED,
     DELIVERY_ERRORS,
     COLLECTOR_INFO,
+    EBPF_LOST,
     LAST_SCAN,
     LAST_METADATA_REFRESH,
     QUEUE_LENGTH,

@@ -1,0 +1,210 @@
+"""The eBPF collector's pure parts and the agent's use of its counts.
+
+``data/bpftrace-output.jsonl`` is real output of ``ebpf.program([19092], 2)`` under bpftrace
+0.17, captured while one Python process (pid 23731) on 127.0.0.1 did, in this order:
+3 connects to 19092 with nothing listening (refused); then, with a listener on 127.0.0.1:19092
+and one on [::1]:19092 in the same process: 4 connections it closed first after 120 ms, 1 the
+listener side closed first, 1 over IPv6 that the client closed first, and 1 that ``ss`` dumped
+(so its cookie was set) before the client closed it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming.agent import config, ebpf
+from streaming.agent.collector import Collector
+from streaming.agent.lifecycle import Meta, SocketLifecycles
+from streaming.agent.metrics import AgentMetrics
+from streaming.agent.procs import ProcessTable
+from streaming.agent.records import ESTABLISHED, TIME_WAIT, SocketRecord
+from streaming.agent.runner import Agent, make_refresher
+from streaming.schema.validate import validate
+
+pytestmark = pytest.mark.unit
+
+CAPTURE = Path(__file__).parent / "data" / "bpftrace-output.jsonl"
+PID = 23731
+NS = 4026531833
+
+
+def _items() -> tuple[ebpf.OutputParser, list]:
+    parser = ebpf.OutputParser()
+    items: list = []
+    for line in CAPTURE.read_text().splitlines():
+        items.extend(parser.feed(line))
+    return parser, items
+
+
+def test_capture_parses_into_what_the_process_did() -> None:
+    parser, items = _items()
+    assert parser.attached and parser.errors == 0 and parser.lost == 0
+    counts = [i for i in items if isinstance(i, ebpf.ConnectionCount)]
+    closed = [i for i in items if isinstance(i, ebpf.Closed)]
+    assert {i.pid for i in items if isinstance(i, ebpf.Connecting)} == {PID}
+    client: dict[tuple, int] = {}
+    for c in counts:
+        if c.dport == 19092:  # client side: the ephemeral port is not kept
+            assert c.sport == 0 and c.pid == PID and c.comm == "python3" and c.netns == NS
+            key = (c.src, c.closed_by, c.connect_error)
+            client[key] = client.get(key, 0) + c.count
+    assert client == {
+        ("127.0.0.1", "unknown", "refused"): 3,
+        ("127.0.0.1", "local", None): 4,
+        ("127.0.0.1", "peer", None): 1,
+        ("::1", "local", None): 1,
+    }
+    # Broker side of the same connections: one per accepted one, no process (softirq).
+    server = sum(c.count for c in counts if c.sport == 19092)
+    assert server == 6 + 1 and all(c.pid == 0 and c.dport == 0 for c in counts if c.sport)
+    # The dumped one comes on its own, with its 4-tuple and open time.
+    (one,) = closed
+    assert (one.src, one.dst, one.dport, one.pid, one.closed_by) == (
+        "127.0.0.1", "127.0.0.1", 19092, PID, "local",
+    )  # fmt: skip
+    assert one.sport > 0 and 0 < one.at_ns - one.opened_ns < 1_000_000_000
+
+
+def test_lifetimes_are_seconds() -> None:
+    _, items = _items()
+    slow = [
+        c
+        for c in items
+        if isinstance(c, ebpf.ConnectionCount) and c.dport and c.closed_by == "local"
+        and c.src == "127.0.0.1"
+    ]  # fmt: skip
+    assert sum(c.count for c in slow) == 4  # over two intervals
+    assert all(0.12 <= c.lifetime_max_s < 1.0 for c in slow)  # held 120 ms
+    assert 4 * 0.12 <= sum(c.lifetime_sum_s for c in slow) < 4 * 1.0
+
+
+def test_lifetime_classes_of_one_group_fold() -> None:
+    key = "1,10.0.0.5,0,10.0.0.1,9092,4,0,{},42,java"
+    (c,) = ebpf.parse_counts(
+        {key.format(0): 2, key.format(3): 1},
+        {key.format(0): 100_000_000, key.format(3): 3_000_000_000},
+        {key.format(0): 60_000_000, key.format(3): 3_000_000_000},
+    )
+    assert (c.count, c.lifetime_sum_s, c.lifetime_max_s, c.comm) == (3, 3.1, 3.0, "java")
+
+
+@pytest.mark.parametrize(
+    ("how", "err", "by", "error"),
+    [
+        (4, 0, "local", None),  # FIN_WAIT1 first
+        (8, 0, "peer", None),  # CLOSE_WAIT first
+        (7, 104, "peer", None),  # reset received
+        (7, 0, "local", None),  # reset sent (linger 0)
+        (2, 111, "unknown", "refused"),
+        (2, 110, "unknown", "timeout"),
+        (2, 113, "unknown", "unreachable"),
+        (2, 0, "unknown", "aborted"),
+        (2, 5, "unknown", "error"),
+        (3, 0, "unknown", None),  # a handshake the listener dropped
+        (0, 0, "unknown", None),
+    ],
+)
+def test_how_a_connection_ended(how: int, err: int, by: str, error: str | None) -> None:
+    assert ebpf.closed_by(how, err) == by
+    assert ebpf.connect_error(how, err) == error
+
+
+def test_program_filters_on_the_ports_and_needs_one() -> None:
+    text = ebpf.program([9093, 9092, 9092], 5)
+    assert "args->dport == 9092 || args->dport == 9093" in text
+    assert "interval:s:5" in text
+    with pytest.raises(ValueError):
+        ebpf.program([], 5)
+
+
+def test_unexpected_lines_are_counted_not_raised() -> None:
+    p = ebpf.OutputParser()
+    assert p.feed("not json") == []
+    assert p.feed('{"type": "printf", "data": "C 1 2"}') == []
+    assert p.feed('{"type": "lost_events", "data": {"events": 7}}') == []
+    assert (p.errors, p.lost) == (2, 7)
+
+
+def test_no_bpftrace_no_privilege_no_btf_each_say_why(tmp_path) -> None:
+    why = ebpf.unavailable(bpftrace="/bin/true", caps=0)
+    assert why is not None and "CAP_BPF" in why
+    why = ebpf.unavailable(
+        bpftrace="/bin/true", caps=1 << ebpf.CAP_SYS_ADMIN, btf=str(tmp_path / "x")
+    )
+    assert why is not None and "BTF" in why
+
+
+def _meta() -> Meta:
+    return Meta("local", "client", "app", 1, "127.0.0.1:9092", pid=10)
+
+
+def test_a_socket_first_seen_in_time_wait_is_silent_while_the_kernel_counts() -> None:
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40001, "127.0.0.1", 9092, 0, 0)
+    for counted, kinds in ((False, ["opened", "closed"]), (True, [])):
+        lc = SocketLifecycles()
+        lc.update(0.0, [])
+        lc.counted_elsewhere = counted
+        assert [e["kind"] for e in lc.update(5.0, [(tw, _meta())])] == kinds
+        assert tw.key in lc.sockets  # summaries still count it
+        assert lc.update(10.0, []) == []
+
+
+def test_a_socket_that_left_the_table_is_remembered() -> None:
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40002, "127.0.0.1", 9092, 7, 0)
+    lc = SocketLifecycles()
+    lc.update(0.0, [(est, _meta())])
+    assert not lc.recently_gone(est.key)
+    lc.update(5.0, [])
+    assert lc.recently_gone(est.key)
+
+
+class CannedEbpf(ebpf.EbpfCollector):
+    """The collector without bpftrace: what it drains is the captured output, parsed."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        _, items = _items()
+        self.pending = [i for i in items if not isinstance(i, ebpf.Connecting)]
+
+    @property
+    def running(self) -> bool:
+        return True
+
+    def ensure(self, ports) -> bool:
+        self.ports = frozenset(ports)
+        return True
+
+    def drain(self) -> list:
+        out, self.pending = self.pending, []
+        return out
+
+
+def test_agent_turns_counts_into_short_lived_events(tmp_path) -> None:
+    (tmp_path / "net").mkdir()
+    (tmp_path / "net" / "snmp").write_text("Tcp: ActiveOpens AttemptFails\nTcp: 1 0\n")
+    cfg = config.build(
+        {"clusters": [{"name": "local", "endpoints": ["1@127.0.0.1:19092"]}]},
+        flags={"proc_root": str(tmp_path), "host": "web-1", "network_namespaces": "all"},
+    )
+    m = AgentMetrics()
+    events: list[dict] = []
+    sink = type("S", (), {"send": lambda self, e: events.append(e), "pump": lambda self: None})()
+    agent = Agent(
+        cfg, sink, m, make_refresher(cfg, m),
+        collector=Collector("netlink", netlink_dump=lambda ports: []),
+        procs=ProcessTable(tmp_path), clock=lambda: 1000.0, ebpf_collector=CannedEbpf(),
+    )  # fmt: skip
+    agent.scan()
+    short = [e for e in events if e["kind"] == "short_lived"]
+    assert all(validate(e).reason is None for e in short), [validate(e).detail for e in short]
+    got = {(e["closed_by"], e.get("connect_error")): e["count"] for e in short}
+    # The process has exited (no /proc entry here): named by its comm. The dumped connection
+    # that no scan of this agent tracked is counted too; [::1]:19092 and the broker side are
+    # not configured.
+    assert got == {("unknown", "refused"): 3, ("local", None): 4 + 1, ("peer", None): 1}
+    assert {(e["app"], e["pid"], e["broker_id"], e["side"]) for e in short} == {
+        ("python3", PID, 1, "client")
+    }
+    assert m.registry.get_sample_value("connmon_agent_collector_info", {"collector": "ebpf"}) == 1
