@@ -26,11 +26,14 @@ def rates(agg: Aggregate) -> dict[str, float | None]:
     return {
         "opens_per_min": agg.opens * per_min,
         "short_lived_per_min": agg.short_lived * per_min,
+        "connects_failed_per_min": agg.connects_failed * per_min,
         "host_attempt_fails_per_min": agg.host_attempt_fails_per_min,
     }
 
 
 # What the evidence says about a client-side storm, in the order it is checked.
+REFUSED = "refused"  # connects are refused: nothing listens on the broker's address
+FAILED = "failed"  # connects fail otherwise: no answer, unreachable, or the client gives up
 UNANSWERED = "unanswered"  # connects pile up in SYN_SENT: nothing answers them
 CLIENT_CLOSES = "client_closes"  # connections succeed and the client closes them at once
 PEER_CLOSES = "peer_closes"  # connections succeed and the broker closes them at once
@@ -40,10 +43,13 @@ _MOSTLY = 2 / 3
 
 
 def cause(agg: Aggregate, cfg: DetectorConfig) -> str:
-    """Why a client x broker pair churns, from the window's SYN_SENT count and who closed."""
+    """Why a client x broker pair churns: failed connects (seen with the eBPF collector), the
+    window's SYN_SENT count, who closed."""
+    closes = agg.closes_local + agg.closes_peer + agg.closes_unknown
+    if closes and agg.connects_failed >= _MOSTLY * closes:
+        return REFUSED if agg.connects_refused >= _MOSTLY * agg.connects_failed else FAILED
     if agg.syn_sent_count >= cfg.storm_syn_sent_count:
         return UNANSWERED
-    closes = agg.closes_local + agg.closes_peer + agg.closes_unknown
     if closes and agg.short_lived:
         if agg.closes_local >= _MOSTLY * closes:
             return CLIENT_CLOSES
@@ -53,6 +59,17 @@ def cause(agg: Aggregate, cfg: DetectorConfig) -> str:
 
 
 _CLIENT_ADVICE = {
+    REFUSED: (
+        "Its connects are refused: nothing listens on the broker's address (the broker is "
+        "down or restarting, or bootstrap.servers / the advertised listener names a wrong "
+        "host or port). Bring the broker back or fix the address, and {backoff}."
+    ),
+    FAILED: (
+        "Its connects fail without an answer (timeout, host or network unreachable, or the "
+        "client's own connect timeout): the broker's address is unreachable from this host "
+        "(firewall, routing, or an advertised listener this client cannot reach). Fix the path "
+        "or the listener, and {backoff}."
+    ),
     UNANSWERED: (
         "Its connects are not answered (SYN_SENT): the broker's address is unreachable from "
         "this host (broker down, firewall, or an advertised listener this client cannot "
@@ -119,9 +136,15 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         )
     elif agg.side == "client":
         why = cause(agg, cfg)
+        failing = (
+            f", {r['connects_failed_per_min']:.0f}/min fail"
+            + (" (refused)" if why == REFUSED else "")
+            if agg.connects_failed
+            else ""
+        )
         summary = (
             f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to broker "
-            f"{agg.broker} ({r['short_lived_per_min']:.0f}/min short-lived, "
+            f"{agg.broker} ({r['short_lived_per_min']:.0f}/min short-lived{failing}, "
             f"{agg.syn_sent_count} in SYN_SENT): "
             + ("a new client per request." if why == CLIENT_CLOSES else "a reconnect storm.")
         )

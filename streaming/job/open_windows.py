@@ -64,6 +64,8 @@ SUM_FIELDS = (
     "closes_after_idle_local",
     "closes_after_idle_peer",
     "closes_broker_drop",
+    "connects_failed",
+    "connects_refused",
     "reopens_after_idle",
     "short_lived",
     "lifetime_sum_s",

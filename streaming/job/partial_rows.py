@@ -24,12 +24,22 @@ def _count(cond: Column) -> Column:
     return F.sum(F.when(cond, 1).otherwise(0))
 
 
+def _tally(closed: Column, counted: Column) -> Column:
+    """Connections that match: one per ``closed`` event, ``count`` per ``short_lived`` event
+    (connections the agent's eBPF collector counted in the kernel)."""
+    return F.sum(F.when(closed, 1).when(counted, F.col("count")).otherwise(0))
+
+
 def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]:
     kind = F.col("kind")
     summary = kind == "summary"
     closed = kind == "closed"
     hb = kind == "heartbeat"
+    counted = kind == "short_lived"
     closed_by = F.coalesce(F.col("closed_by"), F.lit("unknown"))
+    failed = F.col("connect_error").isNotNull()
+    refused = F.col("connect_error") == "refused"
+    short = F.lit(cfg.storm_short_lived_s)
     min_idle = F.lit(cfg.idle_churn_min_idle_s)
     idle_close = closed & (F.col("idle_at_close_s") >= min_idle)
     # A reap-and-reconnect cycle: the same client re-opens after an idle close, and the broker
@@ -62,12 +72,21 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
         F.sum(F.when(cw, cw_n)).alias("cw_sn"),
         F.sum(F.when(cw, t_rel * t_rel)).alias("cw_stt"),
         F.sum(F.when(cw, t_rel * cw_n)).alias("cw_stn"),
-        _count(
-            (kind == "opened") & (F.coalesce(F.col("open_reason"), F.lit("new")) == "new")
+        _tally(
+            (kind == "opened") & (F.coalesce(F.col("open_reason"), F.lit("new")) == "new"),
+            counted,
         ).alias("opens"),
-        _count(closed & (closed_by == "local")).alias("closes_local"),
-        _count(closed & (closed_by == "peer")).alias("closes_peer"),
-        _count(closed & (closed_by == "unknown")).alias("closes_unknown"),
+        _tally(closed & (closed_by == "local"), counted & (closed_by == "local")).alias(
+            "closes_local"
+        ),
+        _tally(closed & (closed_by == "peer"), counted & (closed_by == "peer")).alias(
+            "closes_peer"
+        ),
+        _tally(closed & (closed_by == "unknown"), counted & (closed_by == "unknown")).alias(
+            "closes_unknown"
+        ),
+        _tally(closed & failed, counted & failed).alias("connects_failed"),
+        _tally(closed & refused, counted & refused).alias("connects_refused"),
         _count(idle_close).alias("closes_after_idle"),
         _count(idle_close & (closed_by == "local")).alias("closes_after_idle_local"),
         _count(idle_close & (closed_by == "peer")).alias("closes_after_idle_peer"),
@@ -76,12 +95,19 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
         F.min(F.when(reopen, F.col("reopen_idle_s"))).alias("reopen_idle_min_s"),
         F.max(F.when(reopen, F.col("reopen_idle_s"))).alias("reopen_idle_max_s"),
         F.max(F.when(closed, F.col("idle_at_close_s"))).alias("idle_at_close_max_s"),
-        _count(closed & (F.col("lifetime_s") < F.lit(cfg.storm_short_lived_s))).alias(
-            "short_lived"
+        # A count is short-lived as a whole when its longest connection is.
+        _tally(
+            closed & (F.col("lifetime_s") < short), counted & (F.col("lifetime_max_s") < short)
+        ).alias("short_lived"),
+        F.sum(F.when(closed, F.col("lifetime_s")).when(counted, F.col("lifetime_sum_s"))).alias(
+            "lifetime_sum_s"
         ),
-        F.sum(F.when(closed, F.col("lifetime_s"))).alias("lifetime_sum_s"),
-        F.count(F.when(closed, F.col("lifetime_s"))).alias("lifetime_n"),
-        F.max(F.when(closed, F.col("lifetime_s"))).alias("lifetime_max_s"),
+        _tally(
+            closed & F.col("lifetime_s").isNotNull(), counted & F.col("lifetime_sum_s").isNotNull()
+        ).alias("lifetime_n"),
+        F.max(F.when(closed, F.col("lifetime_s")).when(counted, F.col("lifetime_max_s"))).alias(
+            "lifetime_max_s"
+        ),
         F.min_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, t)).alias("hb_fails_first"),
         F.max_by(F.when(hb, F.col("tcp_attempt_fails")), F.when(hb, t)).alias("hb_fails_last"),
         F.min(F.when(hb, t)).alias("hb_t_first"),

@@ -91,6 +91,8 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         reopen_idle_min_s=_num(row.get("reopen_idle_min_s")),
         reopen_idle_max_s=_num(row.get("reopen_idle_max_s")),
         closes_broker_drop=int(row.get("closes_broker_drop") or 0),
+        connects_failed=int(row.get("connects_failed") or 0),
+        connects_refused=int(row.get("connects_refused") or 0),
         short_lived=int(row.get("short_lived") or 0),
         lifetime_avg_s=_num(row.get("lifetime_avg_s")),
         lifetime_max_s=_num(row.get("lifetime_max_s")),

@@ -110,6 +110,10 @@ class Aggregate:
     reopen_idle_max_s: float | None = None
     # Connections the broker closed together with busy ones (restarts, failures).
     closes_broker_drop: int = 0
+    # Connects that failed (SYN_SENT to CLOSE), and of those the refused ones: seen per
+    # process only with the agent's eBPF collector (a failed connect leaves no socket).
+    connects_failed: int = 0
+    connects_refused: int = 0
     # Extra connections by kind (duplicate_connections): unused since opened, and used ones.
     dup_unused_processes: int = 0
     dup_used_max_idle_s: float | None = None

@@ -17,6 +17,7 @@ from streaming.job import parse, partial_rows
 from streaming.job.open_windows import OpenWindows, window_key
 from streaming.job.pipeline import replay
 from streaming.schema.status import DEADLETTER_REASONS
+from streaming.schema.times import iso
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
 
@@ -113,6 +114,37 @@ def test_window_aggregates_of_a_close_wait_leak(spark):
         (180.0, 0, 0, 1, 110.0, 1),
         (240.0, 1, 0, 2, 130.0, 1),  # a second one at 240 s; oldest 250 - 120
     ]
+
+
+def test_counted_connections_and_failed_connects_reach_the_window(spark):
+    base = {
+        "schema": 1, "host": "web-1", "agent_id": "web-1-1", "cluster": "local",
+        "side": "client", "app": "orders", "broker_id": 1, "broker_endpoint": "10.0.0.1:9092",
+    }  # fmt: skip
+    t = gen.RECORDED_START + 5
+
+    def ev(seq: int, **fields) -> str:
+        return json.dumps({**base, "seq": seq, "event_time": iso(t + seq), **fields})
+
+    lines = [
+        # The eBPF collector's counts: 40 refused connects and 7 connections closed locally.
+        ev(0, kind="short_lived", count=40, closed_by="unknown", connect_error="refused",
+           lifetime_sum_s=0.04, lifetime_max_s=0.002, interval_s=5.0),
+        ev(1, kind="short_lived", count=7, closed_by="local", lifetime_sum_s=3.5,
+           lifetime_max_s=2.5, interval_s=5.0),
+        # One connect a scan saw time out, and one ordinary close.
+        ev(2, kind="opened", state="SYN_SENT", open_reason="new"),
+        ev(3, kind="closed", state="SYN_SENT", closed_by="unknown", connect_error="timeout",
+           lifetime_s=1.0),
+        ev(4, kind="closed", state="TIME_WAIT", closed_by="local", lifetime_s=30.0),
+    ]  # fmt: skip
+    (row,) = [r for r in _window_rows(spark, lines) if r["app"] == "orders"]
+    assert (row["opens"], row["closes_unknown"], row["closes_local"]) == (47 + 1, 41, 8)
+    assert (row["connects_failed"], row["connects_refused"]) == (41, 40)
+    # Short-lived: a count whose longest connection is under 2 s, and the 1 s closed one.
+    assert row["short_lived"] == 40 + 1
+    assert row["lifetime_n"] == 47 + 2 and row["lifetime_max_s"] == 30.0
+    assert row["lifetime_sum_s"] == pytest.approx(0.04 + 3.5 + 1.0 + 30.0)
 
 
 def test_partials_from_several_batches_merge_to_the_single_batch_windows(spark):

@@ -252,6 +252,16 @@ def test_storm_recommends_backoff_settings():
         # Closes split between both sides: no claim about who closes.
         ({"opens": 120, "short_lived": 100, "closes_local": 50, "closes_peer": 50},
          "unknown", "find why connections fail", "reuse"),
+        # eBPF: nearly every connect refused (a stopped broker, a wrong port).
+        ({"opens": 300, "short_lived": 300, "closes_unknown": 290, "closes_local": 10,
+          "connects_failed": 290, "connects_refused": 290}, "refused", "nothing listens",
+         "reuse"),
+        # eBPF: connects that fail without an answer or that the client gives up on.
+        ({"opens": 60, "short_lived": 60, "closes_unknown": 60, "connects_failed": 60,
+          "connects_refused": 5}, "failed", "unreachable", "reuse"),
+        # A few refused connects among a client-per-request pattern do not change the cause.
+        ({"opens": 120, "short_lived": 118, "closes_local": 110, "closes_unknown": 8,
+          "connects_failed": 8, "connects_refused": 8}, "client_closes", "reuse", "refused"),
     ],
 )  # fmt: skip
 def test_storm_advice_follows_the_evidence(fields, cause, says, never):
@@ -260,6 +270,9 @@ def test_storm_advice_follows_the_evidence(fields, cause, says, never):
     (f,) = connection_storm.detect(agg, CFG)
     assert says in f.recommendation and never not in f.recommendation
     assert f.evidence["closes_local"] == fields.get("closes_local", 0)
+    per_min = 60.0 / agg.window_s
+    assert f.evidence["connects_failed_per_min"] == fields.get("connects_failed", 0) * per_min
+    assert ("(refused)" in f.summary) == (cause == "refused")
 
 
 def test_host_level_storm_is_worded_host_wide_and_names_no_broker():
