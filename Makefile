@@ -7,11 +7,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.connmon-installed
 PYTEST_ARGS ?=
+APT_BPFTRACE = apt-get install -y -q --no-install-recommends bpftrace >/dev/null 2>&1
 DEMO_ARGS ?=
 
-.PHONY: setup artifacts javadriver clients prometheus test unit integration e2e lint demo clean
+.PHONY: setup artifacts javadriver clients prometheus bpftrace test unit integration e2e lint demo clean
 
-setup: $(STAMP) artifacts javadriver clients prometheus
+setup: $(STAMP) artifacts javadriver clients prometheus bpftrace
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo ">> python venv and pinned packages (pip shows progress)"
@@ -36,6 +37,11 @@ clients: $(STAMP)
 prometheus: $(STAMP)
 	@echo ">> prometheus + promtool (Debian package, installed once)"
 	$(BIN)/python -c "from streaming.prometheus_bin import ensure_installed; ensure_installed()"
+
+bpftrace:
+	@echo ">> bpftrace for the agent's eBPF collector (Debian package; as root only, else its tests skip)"
+	@command -v bpftrace >/dev/null || { [ "$$(id -u)" = 0 ] && { $(APT_BPFTRACE) || { apt-get update -q >/dev/null && $(APT_BPFTRACE); }; }; } \
+		|| echo "bpftrace not installed: the eBPF tests will skip"
 
 test: setup
 	$(BIN)/ruff check .

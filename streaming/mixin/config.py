@@ -90,6 +90,10 @@ class MixinConfig:
     agent_host_network: bool = False
     # Host folders the agent mounts read-only to name pods (pod uid -> namespace/name).
     agent_host_paths: tuple[str, ...] = ("/var/log/pods", "/var/lib/kubelet/pods")
+    # The host's tracefs for the eBPF collector (bpftrace reads tracepoint formats there; the
+    # container's /sys has none). An empty folder where the host mounts no tracefs: the agent
+    # then says why it uses scans only.
+    agent_tracefs: str | None = "/sys/kernel/tracing"
     # The agent watches its node's pods on the API server (names, and labels for app rules):
     # a token, a ClusterRole with get/list/watch on pods, egress to kubernetes_api_cidrs.
     agent_kubernetes_api: bool = True

@@ -286,6 +286,10 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
         name = f"host-{i}"
         host_vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
         host_mounts.append({"name": name, "mountPath": path, "readOnly": True})
+    if cfg.agent_tracefs:
+        path = cfg.agent_tracefs
+        host_vols.append({"name": "tracefs", "hostPath": {"path": path, "type": "Directory"}})
+        host_mounts.append({"name": "tracefs", "mountPath": path, "readOnly": True})
     container = {
         "name": "agent",
         "image": cfg.image,
@@ -304,7 +308,8 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
         "resources": resources(cfg.agent_resources),
         "securityContext": {
             # Kubernetes grants no ambient capabilities: a non-root process would lose the
-            # added ones at exec. Root here holds only these four (no CAP_DAC_OVERRIDE,
+            # added ones at exec. SYS_ADMIN also lets the eBPF collector load its program.
+            # Root here holds only these four (no CAP_DAC_OVERRIDE,
             # CAP_SETUID, ...). allowPrivilegeEscalation stays unset: the API server rejects
             # false together with SYS_ADMIN.
             "runAsUser": 0,

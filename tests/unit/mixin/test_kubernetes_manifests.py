@@ -356,10 +356,14 @@ def test_agent_sees_every_process_without_being_privileged() -> None:
     assert "allowPrivilegeEscalation" not in sc
 
 
-def test_agent_mounts_only_the_pod_folders_and_only_read_only() -> None:
+def test_agent_mounts_only_the_pod_folders_and_tracefs_and_only_read_only() -> None:
     spec = _pod_spec(AGENT)
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert sorted(host.values()) == ["/var/lib/kubelet/pods", "/var/log/pods"]
+    assert sorted(host.values()) == [
+        "/sys/kernel/tracing",
+        "/var/lib/kubelet/pods",
+        "/var/log/pods",
+    ]
     for mount in _container(AGENT)["volumeMounts"]:
         if mount["name"] in host:
             assert mount["readOnly"] is True

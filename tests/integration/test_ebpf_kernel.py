@@ -1,0 +1,161 @@
+"""The eBPF collector on the real kernel, with a real KRaft broker: connections far shorter than
+a scan are all counted and attributed to their process, refused connects are counted per process
+and broker, and a CLOSE_WAIT left by the broker is still seen by the scans with its age.
+
+Skipped, with the reason, where the kernel or the agent's privileges do not allow eBPF."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streaming.agent import ebpf
+from streaming.stack.ports import free_port
+
+REPO = Path(__file__).parents[2]
+WHY_NOT = ebpf.unavailable()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"eBPF not usable here: {WHY_NOT}")
+
+N_SHORT = 60  # connections of 50 ms each
+M_REFUSED = 25  # connects to the stopped broker
+IDLE_REAP_MS = 2000  # the broker's connections.max.idle.ms
+CLOSE_WAIT_HOLD_S = 8  # the client keeps one idle connection open this long
+
+CLIENT = textwrap.dedent(
+    """
+    import socket, sys, time
+    port, dead, n, m, hold = (int(a) for a in sys.argv[1:6])
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port))
+        time.sleep(0.05)
+        s.close()
+    for _ in range(m):
+        s = socket.socket()
+        try:
+            s.connect(("127.0.0.1", dead))
+        except ConnectionRefusedError:
+            pass
+        s.close()
+    # An idle connection: the broker reaps it, this process keeps its end open (CLOSE_WAIT).
+    s = socket.create_connection(("127.0.0.1", port))
+    time.sleep(hold)
+    s.close()
+    print("done", flush=True)
+    """
+)
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory, tmp_path) -> None:
+    cluster = kafka_cluster_factory(overrides={"connections.max.idle.ms": str(IDLE_REAP_MS)})
+    port = cluster.nodes[0].port
+    dead = free_port()  # a broker that is stopped: nothing listens on its address
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "host": "it-host",
+                "scan_interval_s": 1,
+                "summary_interval_s": 5,
+                "metrics_address": "",
+                "ebpf": "on",
+                "clusters": [
+                    {"name": "local", "endpoints": [f"1@127.0.0.1:{port}", f"2@127.0.0.1:{dead}"]}
+                ],
+                "apps": [{"match": "connmon-ebpf-client", "name": "ebpf-client"}],
+            }
+        )
+    )
+    out = tmp_path / "events.jsonl"
+    log = tmp_path / "agent.log"
+    with log.open("w") as log_f:
+        agent = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
+             "--output", str(out)],
+            stdout=log_f, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        # The first scan waits for bpftrace to attach; its heartbeat comes after.
+        while not out.exists() or '"heartbeat"' not in out.read_text():
+            assert agent.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        assert "+ ebpf" in log.read_text()
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT, str(port), str(dead), str(N_SHORT), str(M_REFUSED),
+             str(CLOSE_WAIT_HOLD_S), "connmon-ebpf-client"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert client.stdout.strip() == "done", client.stderr
+        time.sleep(3.5)  # two scans and one print of the kernel's counts
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+    events = _events(out)
+    text = log.read_text()
+    assert "Traceback" not in text, text
+
+    def mine(e: dict, broker: int) -> bool:
+        return e.get("side") == "client" and e.get("broker_id") == broker
+
+    # Every 50 ms connection: counted by the kernel, or (when a scan happened to see it open)
+    # reported by the scans; never both, never missed.
+    short = [e for e in events if e["kind"] == "short_lived" and mine(e, 1)]
+    scanned = [
+        e for e in events
+        if e["kind"] == "opened" and e.get("open_reason") == "new" and mine(e, 1)
+    ]  # fmt: skip
+    # Only the client's: other processes on this host talk to the broker too.
+    short = [e for e in short if e["app"] == "ebpf-client"]
+    scanned = [e for e in scanned if e["app"] == "ebpf-client"]
+    established = [e for e in short if e.get("connect_error") is None]
+    total = sum(e["count"] for e in established) + len(scanned)
+    assert total == N_SHORT + 1, (total, len(scanned))  # + the CLOSE_WAIT one
+    attributed = [e for e in events if mine(e, 1) and e.get("app") == "unknown"]
+    assert not [e for e in attributed if e.get("pid") is not None], attributed
+    assert {e["pid"] for e in established + scanned} == {client_pid(events)}
+    assert all(e["closed_by"] == "local" for e in established)
+    assert all(e["lifetime_max_s"] < 1.0 for e in established)
+
+    refused = [e for e in events if e["kind"] == "short_lived" and mine(e, 2)]
+    assert sum(e["count"] for e in refused) == M_REFUSED
+    assert {(e["app"], e["connect_error"], e["closed_by"]) for e in refused} == {
+        ("ebpf-client", "refused", "unknown")
+    }
+
+    cw = [
+        e for e in events
+        if e["kind"] == "transition" and e["state"] == "CLOSE_WAIT" and mine(e, 1)
+    ]  # fmt: skip
+    assert cw and cw[0]["app"] == "ebpf-client" and cw[0]["closed_by"] == "peer"
+    closed = [
+        e for e in events
+        if e["kind"] == "closed" and mine(e, 1) and e.get("closed_by") == "peer"
+        and e["app"] == "ebpf-client"
+    ]  # fmt: skip
+    assert closed, "the CLOSE_WAIT connection's close"
+    # Its age in CLOSE_WAIT, dated by the broker's FIN: from the reap to the client's close.
+    ages = [
+        e.get("state_age_s", e.get("oldest_state_age_s"))
+        for e in events
+        if mine(e, 1) and e.get("state") == "CLOSE_WAIT"
+    ]
+    assert max(ages) >= CLOSE_WAIT_HOLD_S - IDLE_REAP_MS / 1000 - 3.0, ages
+
+
+def client_pid(events: list[dict]) -> int:
+    pids = {e["pid"] for e in events if e.get("app") == "ebpf-client" and e.get("pid")}
+    assert len(pids) == 1, pids
+    return pids.pop()
