@@ -96,16 +96,48 @@ class CounterParam:
         return a
 
 
+# One producer per executor Python process and settings. Spark reuses its Python workers from
+# task to task, so a producer made per ``foreachPartition`` call would connect to every broker
+# again for each partition of each batch: the connection churn connmon flags in others.
+_SHARED: dict[tuple[str, tuple[tuple[str, str], ...]], KafkaSink] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_sink(bootstrap: str, conf: Mapping[str, str]) -> KafkaSink:
+    key = (bootstrap, tuple(sorted((str(k), str(v)) for k, v in conf.items())))
+    with _SHARED_LOCK:
+        sink = _SHARED.get(key)
+        if sink is None:
+            sink = _SHARED[key] = KafkaSink(bootstrap, conf)
+        return sink
+
+
+def _drop_shared(sink: KafkaSink) -> None:
+    with _SHARED_LOCK:
+        for key in [k for k, v in _SHARED.items() if v is sink]:
+            del _SHARED[key]
+
+
+def _counts(sink: KafkaSink) -> dict[tuple[str, str], int]:
+    return {(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()}
+
+
 @contextlib.contextmanager
 def executor_sink(bootstrap: str, conf: Mapping[str, str], counts: Any) -> Iterator[KafkaSink]:
-    """A producer for one ``foreachPartition`` call: its refused records are added to the
-    ``CounterParam`` accumulator ``counts`` and it is closed at the end."""
-    sink = KafkaSink(bootstrap, conf)
+    """The process's producer for one ``foreachPartition`` call: the records it refused during
+    the call are added to the ``CounterParam`` accumulator ``counts``. A producer that failed
+    to deliver is closed and replaced at the next call."""
+    sink = _shared_sink(bootstrap, conf)
+    before = _counts(sink)
     try:
         yield sink
-    finally:
-        counts.add({(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()})
+    except BaseException:
+        _drop_shared(sink)
         sink.close()
+        raise
+    finally:
+        after = _counts(sink)
+        counts.add({k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)})
 
 
 def _encoded(r: Any) -> tuple[bytes | None, bytes]:
