@@ -9,8 +9,8 @@ and its name may use the match's groups (``\\1``). Defaults: in a pod, ``<namesp
 of a Deployment is one app); else a Java main class (``kafka.Kafka`` is ``kafka-broker``) or
 ``-jar name.jar``, a Python script or ``-m`` module, else the process name. connmon's own
 processes are ``connmon-<subcommand>`` (``connmon-agent``, ``connmon-job``, ...), and so is the
-Spark JVM a ``connmon job`` driver starts, named after its parent. Names are sanitized and
-bounded: they become label values.
+Spark JVM a ``connmon job`` driver starts and that JVM's Python workers, named after the
+driver. Names are sanitized and bounded: they become label values.
 """
 
 from __future__ import annotations
@@ -152,6 +152,8 @@ def default_name(info: ProcInfo) -> str:
 
 
 SPARK_SUBMIT = "org.apache.spark.deploy.SparkSubmit"
+# The modules a Spark JVM runs its Python workers with (``python -m pyspark.daemon``).
+PYSPARK_MODULES = ("pyspark.daemon", "pyspark.worker")
 
 
 class AppNamer:
@@ -190,8 +192,22 @@ class AppNamer:
             m = rule.pattern.search(text)
             if m:
                 return sanitize(m.expand(rule.name))
-        if SPARK_SUBMIT in info.cmdline and info.ppid and self.parent_of is not None:
-            parent = self.parent_of(info.ppid)
-            if parent is not None and connmon_name(parent.cmdline) == "connmon-job":
-                return "connmon-job"
+        if self._in_connmon_job(info):
+            return "connmon-job"
         return default_name(info)
+
+    def _in_connmon_job(self, info: ProcInfo) -> bool:
+        """A ``connmon job`` driver's Spark JVM, or one of that JVM's Python workers (pyspark's
+        daemon and the workers it forks): their connections are the job's."""
+        cur = info
+        for _ in range(3):  # worker -> daemon -> JVM -> driver
+            spark = SPARK_SUBMIT in cur.cmdline or any(m in cur.cmdline for m in PYSPARK_MODULES)
+            if not spark or not cur.ppid or self.parent_of is None:
+                return False
+            parent = self.parent_of(cur.ppid)
+            if parent is None:
+                return False
+            if connmon_name(parent.cmdline) == "connmon-job":
+                return True
+            cur = parent
+        return False

@@ -189,3 +189,27 @@ def test_the_spark_jvm_of_a_connmon_job_is_named_after_its_driver(tmp_path: Path
     namer = AppNamer(parent_of=table.info)
     assert namer.name(got[4101]) == "connmon-job"
     assert namer.name(got[5101]) == "spark-submit"  # someone else's Spark job
+
+
+def test_the_python_workers_of_a_connmon_jobs_spark_jvm_are_the_job(tmp_path: Path) -> None:
+    """pyspark's daemon is the JVM's child and forks the workers: all of them are the job."""
+    jvm = ["java", "-cp", "/spark/jars/*", "org.apache.spark.deploy.SparkSubmit", "pyspark-shell"]
+    daemon = ["/venv/bin/python3", "-m", "pyspark.daemon"]
+    make_proc(tmp_path, 40, ["/venv/bin/python3", "/venv/bin/connmon", "job"], [4001])
+    make_proc(tmp_path, 41, jvm, [4101])
+    make_proc(tmp_path, 42, daemon, [4201])
+    make_proc(tmp_path, 43, daemon, [4301])
+    make_proc(tmp_path, 50, ["/usr/bin/python3", "/srv/etl.py"], [5001])
+    make_proc(tmp_path, 51, jvm, [5101])
+    make_proc(tmp_path, 52, daemon, [5201])
+    make_proc(tmp_path, 53, daemon, [5301])
+    parents = {40: 1, 41: 40, 42: 41, 43: 42, 50: 1, 51: 50, 52: 51, 53: 52}
+    for pid, ppid in parents.items():
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (python3) S {ppid} {pid} {pid} 0\n")
+    table = ProcessTable(tmp_path)
+    got = table.lookup({4201, 4301, 5201, 5301})
+    namer = AppNamer(parent_of=table.info)
+    assert namer.name(got[4201]) == "connmon-job"
+    assert namer.name(got[4301]) == "connmon-job"
+    assert namer.name(got[5201]) == "pyspark"  # someone else's Spark job
+    assert namer.name(got[5301]) == "pyspark"
