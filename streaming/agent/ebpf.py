@@ -386,9 +386,9 @@ def unavailable(
 class EbpfCollector:
     """Runs bpftrace for the current Kafka ports; ``drain()`` returns what it counted since.
 
-    ``ensure(ports)`` (re)starts it when the ports change; a restart loses at most the
-    connections open at that moment. Output is read by a thread into a queue, so the agent's
-    scan loop never blocks on it."""
+    ``ensure(ports)`` starts it, in the background, and restarts it when a new Kafka port
+    appears; a restart misses the connections that close while it runs (a second or two).
+    Output is read by a thread into a queue, so the agent's scan loop never blocks on it."""
 
     def __init__(
         self,
@@ -413,37 +413,56 @@ class EbpfCollector:
         self._ready = threading.Event()
         self._stderr: list[str] = []
         self._reader: threading.Thread | None = None
+        self._starter: threading.Thread | None = None
+        self._closing = False
 
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._ready.is_set()
 
     def ensure(self, ports: Iterable[int]) -> bool:
-        """Run for these ports; True when the probes are attached. A failed start is logged
-        and remembered in ``failure``; it is retried when the ports change."""
-        wanted = frozenset(ports)
-        if not wanted:
+        """Run for these ports and every Kafka port asked for before (a broker that is down
+        and leaves the metadata keeps its filter, so its return costs no restart); True when
+        the probes are attached. A (re)start runs in the background: the scan that asks for it
+        never waits for bpftrace to compile and attach. A failed start is logged, remembered in
+        ``failure`` and retried after ``RETRY_S`` or when a new port appears."""
+        wanted = self.ports | frozenset(ports)
+        if not wanted or self._closing:
             return False
-        retry_at = self._failed_at + RETRY_S
-        if wanted == self.ports and self._proc is None and time.monotonic() < retry_at:
+        if self._starter is not None and self._starter.is_alive():
             return False
-        if wanted == self.ports and self._proc is not None:
-            if self._proc.poll() is None:
-                return self._ready.is_set()
-            self.failure = f"bpftrace exited ({self._proc.returncode}): {self._last_error()}"
-            log.warning("eBPF collector stopped: %s; restarting it", self.failure)
-        self.stop()
+        if wanted == self.ports:
+            if self._proc is None and time.monotonic() < self._failed_at + RETRY_S:
+                return False
+            if self._proc is not None:
+                if self._proc.poll() is None:
+                    return self._ready.is_set()
+                self.failure = f"bpftrace exited ({self._proc.returncode}): {self._last_error()}"
+                log.warning("eBPF collector stopped: %s; restarting it", self.failure)
+        self._starter = threading.Thread(
+            target=self._restart, args=(wanted,), name="connmon-ebpf-start", daemon=True
+        )
+        self._starter.start()
+        return False
+
+    def _restart(self, wanted: frozenset[int]) -> None:
+        self._stop_proc()
         self.ports = wanted
+        if self._closing:
+            return
         self._start()
         self._ready.wait(self.start_timeout_s)
+        if self._closing:
+            self._stop_proc()
+            return
         if self.running:
-            return True
+            log.info("eBPF collector attached for Kafka ports %s", sorted(wanted))
+            return
         if self.failure is None:
             self.failure = f"bpftrace did not attach: {self._last_error()}"
         log.warning("eBPF collector not running: %s (retried in %.0f s)", self.failure, RETRY_S)
-        self.stop()
+        self._stop_proc()
         self._failed_at = time.monotonic()
-        return False
 
     def _start(self) -> None:
         env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX=str(MAP_KEYS_MAX))
@@ -508,7 +527,16 @@ class EbpfCollector:
                 return out
 
     def stop(self) -> None:
-        """Stop bpftrace; its last counts (printed at exit) stay queued for ``drain``."""
+        """Stop for good (a start under way is waited for); the last counts, printed at
+        bpftrace's exit, stay queued for ``drain``."""
+        self._closing = True
+        self._ready.set()  # a start that waits for the probes gives up
+        starter = self._starter
+        if starter is not None:
+            starter.join(30.0)
+        self._stop_proc()
+
+    def _stop_proc(self) -> None:
         proc, self._proc = self._proc, None
         self.attached_at = None
         if proc is None:

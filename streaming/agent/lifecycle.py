@@ -199,7 +199,8 @@ class SocketLifecycles:
             key = rec.key
             t = sockets.get(key)
             if t is not None and self._is_reuse(t, rec):
-                self._close(t, now, events)
+                if not t.closed_emitted:
+                    self._close(t, now, events)
                 del sockets[key]
                 t = None
             if t is None:

@@ -87,8 +87,12 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        # The first scan waits for bpftrace to attach; its heartbeat comes after.
-        while not out.exists() or '"heartbeat"' not in out.read_text():
+        # bpftrace attaches in the background, after the first scan.
+        while (
+            not out.exists()
+            or '"heartbeat"' not in out.read_text()
+            or "eBPF collector attached" not in log.read_text()
+        ):
             assert agent.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)

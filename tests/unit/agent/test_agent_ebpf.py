@@ -151,6 +151,20 @@ def test_a_socket_first_seen_in_time_wait_is_silent_while_the_kernel_counts() ->
         assert lc.update(10.0, []) == []
 
 
+def test_a_reused_four_tuple_closes_the_old_connection_once() -> None:
+    """The kernel reuses a TIME_WAIT 4-tuple for a new connect: the old connection was closed
+    (or counted in the kernel) already, so only the new one gets an event."""
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40001, "127.0.0.1", 9092, 0, 0)
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40001, "127.0.0.1", 9092, 77, 0)
+    for counted, first in ((False, ["opened", "closed"]), (True, [])):
+        lc = SocketLifecycles()
+        lc.update(0.0, [])
+        lc.counted_elsewhere = counted
+        assert [e["kind"] for e in lc.update(5.0, [(tw, _meta())])] == first
+        assert [e["kind"] for e in lc.update(10.0, [(est, _meta())])] == ["opened"]
+        assert lc.sockets[est.key].first_seen == 10.0
+
+
 def test_a_socket_that_left_the_table_is_remembered() -> None:
     est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40002, "127.0.0.1", 9092, 7, 0)
     lc = SocketLifecycles()
@@ -208,3 +222,52 @@ def test_agent_turns_counts_into_short_lived_events(tmp_path) -> None:
         ("python3", PID, 1, "client")
     }
     assert m.registry.get_sample_value("connmon_agent_collector_info", {"collector": "ebpf"}) == 1
+
+
+FAKE_BPFTRACE = """#!{python}
+import json, os, re, signal, sys, time
+prog = sys.argv[sys.argv.index("-e") + 1]
+with open({log!r}, "a") as f:
+    f.write(" ".join(sorted(set(re.findall(r"args->dport == (\\d+)", prog)))) + "\\n")
+while not os.path.exists({go!r}):
+    time.sleep(0.01)
+print(json.dumps({{"type": "printf", "data": "R connmon-ebpf ready\\n"}}), flush=True)
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+while True:
+    time.sleep(1)
+"""
+
+
+def test_starts_in_the_background_and_restarts_only_for_a_new_port(tmp_path) -> None:
+    """A stand-in bpftrace that attaches only when told: ensure() returns at once, the
+    collector runs once it is attached, and a port that leaves the set keeps its filter."""
+    import sys
+
+    starts, go = tmp_path / "starts", tmp_path / "go"
+    fake = tmp_path / "bpftrace"
+    fake.write_text(FAKE_BPFTRACE.format(python=sys.executable, log=str(starts), go=str(go)))
+    fake.chmod(0o755)
+    col = ebpf.EbpfCollector(1, bpftrace=str(fake), start_timeout_s=30)
+    try:
+        assert col.ensure({9092}) is False  # not attached yet, and the caller did not wait
+        assert not col.running
+        go.touch()
+        _wait(lambda: col.ensure({9092}))
+        _wait(lambda: starts.exists())
+        assert col.ensure({9092, 9093}) is False  # a new port: restarted in the background
+        _wait(lambda: col.ensure({9092, 9093}))
+        assert col.ensure({9093}) is True  # 9092 left the metadata: no restart
+        assert col.ports == {9092, 9093}
+        assert starts.read_text().splitlines() == ["9092", "9092 9093"]
+    finally:
+        col.stop()
+    assert not col.running
+
+
+def _wait(cond, timeout_s: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
