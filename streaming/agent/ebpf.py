@@ -120,9 +120,15 @@ def program(ports: Iterable[int], interval_s: int) -> str:
       }} else {{
         $ms = (nsecs - $o.0) / 1000000;
         $cls = {cls};
-        @n[{key}] = count();
-        @sum[{key}] = sum(nsecs - $o.0);
-        @max[{key}] = max(nsecs - $o.0);
+        if (@gen == 0) {{
+          @n0[{key}] = count();
+          @sum0[{key}] = sum(nsecs - $o.0);
+          @max0[{key}] = max(nsecs - $o.0);
+        }} else {{
+          @n1[{key}] = count();
+          @sum1[{key}] = sum(nsecs - $o.0);
+          @max1[{key}] = max(nsecs - $o.0);
+        }}
       }}
     }}"""
         )
@@ -170,15 +176,24 @@ tracepoint:sock:inet_sock_set_state
 
 interval:s:{int(interval_s)}
 {{
-  print(@n); print(@sum); print(@max);
-  clear(@n); clear(@sum); clear(@max); clear(@procs);
+  if (@gen == 0) {{
+    @gen = 1;
+    print(@n0); print(@sum0); print(@max0);
+    clear(@n0); clear(@sum0); clear(@max0);
+  }} else {{
+    @gen = 0;
+    print(@n1); print(@sum1); print(@max1);
+    clear(@n1); clear(@sum1); clear(@max1);
+  }}
+  clear(@procs);
 }}
 
 END
 {{
-  print(@n); print(@sum); print(@max);
-  clear(@n); clear(@sum); clear(@max);
-  clear(@open); clear(@comm); clear(@closing); clear(@procs);
+  print(@n0); print(@sum0); print(@max0);
+  print(@n1); print(@sum1); print(@max1);
+  clear(@n0); clear(@sum0); clear(@max0); clear(@n1); clear(@sum1); clear(@max1);
+  clear(@open); clear(@comm); clear(@closing); clear(@procs); clear(@gen);
 }}
 """
 
@@ -336,7 +351,9 @@ class OutputParser:
             return [c]
         if kind == "map" and isinstance(data, dict):
             for name, values in data.items():
-                self._maps[name] = values if isinstance(values, dict) else {}
+                # Two sets of maps (@n0.., @n1..) take turns: one counts while the other is
+                # printed and cleared, so no count falls between a print and its clear.
+                self._maps[name.rstrip("01")] = values if isinstance(values, dict) else {}
             if "@max" in self._maps:
                 maps, self._maps = self._maps, {}
                 return list(parse_counts(maps.get("@n", {}), maps.get("@sum", {}), maps["@max"]))
