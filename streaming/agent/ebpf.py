@@ -400,6 +400,28 @@ def unavailable(
     return None
 
 
+def recursion_misses(pid: int, proc_root: str = "/proc") -> int | None:
+    """Runs the kernel skipped, summed over the BPF programs process ``pid`` holds (None when
+    its file descriptors cannot be read)."""
+    try:
+        names = os.listdir(f"{proc_root}/{pid}/fdinfo")
+    except OSError:
+        return None
+    total = 0
+    for name in names:
+        try:
+            with open(f"{proc_root}/{pid}/fdinfo/{name}") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if "prog_type:" not in text:
+            continue
+        for line in text.splitlines():
+            if line.startswith("recursion_misses:"):
+                total += int(line.split(":", 1)[1])
+    return total
+
+
 class EbpfCollector:
     """Runs bpftrace for the current Kafka ports; ``drain()`` returns what it counted since.
 
@@ -432,6 +454,7 @@ class EbpfCollector:
         self._reader: threading.Thread | None = None
         self._starter: threading.Thread | None = None
         self._closing = False
+        self._misses_pid, self._misses = 0, 0  # runs the kernel skipped, as last read
 
     @property
     def running(self) -> bool:
@@ -536,12 +559,29 @@ class EbpfCollector:
         return "; ".join(self._stderr[-3:]) or "no message"
 
     def drain(self) -> list[ConnectionCount | Closed]:
+        """What was counted since the last call; runs the kernel skipped are reported lost."""
+        self._count_misses()
         out: list[ConnectionCount | Closed] = []
         while True:
             try:
                 out.append(self._items.get_nowait())
             except queue.Empty:
                 return out
+
+    def _count_misses(self) -> None:
+        # The kernel skips a tracepoint program that fires while a BPF program already runs on
+        # that CPU (a softirq that interrupts one); it counts those runs per program.
+        proc = self._proc
+        if proc is None or self.on_lost is None:
+            return
+        misses = recursion_misses(proc.pid)
+        if misses is None:
+            return
+        if proc.pid != self._misses_pid:
+            self._misses_pid, self._misses = proc.pid, 0
+        if misses > self._misses:
+            self.on_lost(misses - self._misses)
+            self._misses = misses
 
     def stop(self) -> None:
         """Stop for good (a start under way is waited for); the last counts, printed at

@@ -45,7 +45,9 @@ COLLECTOR_INFO = Metric(
 EBPF_LOST = Metric(
     "connmon_agent_ebpf_events_lost_total",
     "counter",
-    "eBPF collector output the kernel's perf buffer dropped before it was read.",
+    "State changes the eBPF collector missed: output the kernel's perf buffer dropped before "
+    "it was read, and tracepoint runs the kernel skipped because a BPF program was already "
+    "running on that CPU.",
 )
 LAST_SCAN = Metric(
     "connmon_agent_last_scan_timestamp_seconds",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,15 @@ CLIENT = textwrap.dedent(
 )
 
 
+def _lost(port: int) -> int:
+    """The agent's count of state changes its eBPF collector missed."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("connmon_agent_ebpf_events_lost_total "):
+                return int(float(line.split()[1]))
+    raise AssertionError("connmon_agent_ebpf_events_lost_total is not exported")
+
+
 def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -61,6 +71,7 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
     cluster = kafka_cluster_factory(overrides={"connections.max.idle.ms": str(IDLE_REAP_MS)})
     port = cluster.nodes[0].port
     dead = free_port()  # a broker that is stopped: nothing listens on its address
+    metrics_port = free_port()
     cfg = tmp_path / "agent.yaml"
     cfg.write_text(
         yaml.safe_dump(
@@ -68,7 +79,7 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
                 "host": "it-host",
                 "scan_interval_s": 1,
                 "summary_interval_s": 5,
-                "metrics_address": "",
+                "metrics_address": f"127.0.0.1:{metrics_port}",
                 "ebpf": "on",
                 "clusters": [
                     {"name": "local", "endpoints": [f"1@127.0.0.1:{port}", f"2@127.0.0.1:{dead}"]}
@@ -104,6 +115,7 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
         )  # fmt: skip
         assert client.stdout.strip() == "done", client.stderr
         time.sleep(3.5)  # two scans and one print of the kernel's counts
+        lost = _lost(metrics_port)
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(30)
@@ -126,7 +138,9 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
     scanned = [e for e in scanned if e["app"] == "ebpf-client"]
     established = [e for e in short if e.get("connect_error") is None]
     total = sum(e["count"] for e in established) + len(scanned)
-    assert total == N_SHORT + 1, (total, len(scanned))  # + the CLOSE_WAIT one
+    # + the CLOSE_WAIT one. A run the kernel skipped (a BPF program already running on that
+    # CPU) is one state change unseen, and is counted as lost instead.
+    assert N_SHORT + 1 - lost <= total <= N_SHORT + 1, (total, len(scanned), lost)
     attributed = [e for e in events if mine(e, 1) and e.get("app") == "unknown"]
     assert not [e for e in attributed if e.get("pid") is not None], attributed
     assert {e["pid"] for e in established + scanned} == {client_pid(events)}
@@ -134,7 +148,7 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
     assert all(e["lifetime_max_s"] < 1.0 for e in established)
 
     refused = [e for e in events if e["kind"] == "short_lived" and mine(e, 2)]
-    assert sum(e["count"] for e in refused) == M_REFUSED
+    assert M_REFUSED - lost <= sum(e["count"] for e in refused) <= M_REFUSED
     assert {(e["app"], e["connect_error"], e["closed_by"]) for e in refused} == {
         ("ebpf-client", "refused", "unknown")
     }
