@@ -29,7 +29,7 @@ application answered within one scan interval (a healthy client) or a reset. Oth
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -182,10 +182,17 @@ class SocketLifecycles:
         now: float,
         observations: Iterable[tuple[SocketRecord, Meta | None]],
         unchanged: Iterable[tuple[Tracked, SocketRecord]] = (),
+        partial: bool = False,
+        kernel_closed: Mapping[tuple, str] | None = None,
     ) -> list[dict]:
         """Apply one scan. A None meta keeps the socket's meaning; a new socket needs one.
         ``unchanged`` is the caller's fast path: tracked sockets whose state and inode did not
-        change, with their new record (only the tcp_info numbers are new)."""
+        change, with their new record (only the tcp_info numbers are new).
+
+        ``partial``: the scan left TIME_WAIT out (the eBPF collector counts connections meanwhile).
+        A tracked socket it did not find is closed only when ``kernel_closed`` (key -> who
+        closed first, from the kernel) says it was; else it may be in TIME_WAIT or its close
+        still on its way, and it is kept for the next scan."""
         events: list[dict] = []
         initial = not self.initialized
         self.initialized = True
@@ -213,8 +220,20 @@ class SocketLifecycles:
         gone = self._gone
         if gone and next(iter(gone.values())) < now - GONE_MEMORY_S:
             self._gone = gone = {k: v for k, v in gone.items() if v >= now - GONE_MEMORY_S}
-        for key in [k for k, t in sockets.items() if t.gen != gen]:
-            t = sockets.pop(key)
+        if partial:  # TIME_WAIT was not dumped: those keep their last scan (see the docstring)
+            unseen = [k for k, t in sockets.items() if t.gen != gen and t.rec.state != TIME_WAIT]
+        else:
+            unseen = [k for k, t in sockets.items() if t.gen != gen]
+        for key in unseen:
+            t = sockets[key]
+            if partial:
+                by = (kernel_closed or {}).get(key)
+                if by is None:
+                    t.gen = gen
+                    continue
+                if t.closed_by is None and by != "unknown":
+                    t.closed_by = by
+            del sockets[key]
             gone.pop(key, None)  # keep the dict in time order: the oldest entry first
             gone[key] = now
             if not t.closed_emitted:

@@ -18,7 +18,7 @@ import struct
 import sys
 from collections.abc import Iterable
 
-from streaming.agent.records import LISTEN, SocketRecord
+from streaming.agent.records import LISTEN, TIME_WAIT, SocketRecord
 
 NETLINK_SOCK_DIAG = 4
 TCPDIAG_GETSOCK = 18  # the inet_diag v1 request and its replies: both families in one walk
@@ -35,6 +35,8 @@ INET_DIAG_BC_D_EQ = 12
 
 # Every state but LISTEN: listeners are not connections.
 ALL_BUT_LISTEN = 0xFFFFFFFF & ~(1 << LISTEN)
+# The same without TIME_WAIT: for scans that do not need the closed connections' remains.
+OPEN_STATES = ALL_BUT_LISTEN & ~(1 << TIME_WAIT)
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _NLA = struct.Struct("=HH")  # rtattr: len, type
@@ -362,8 +364,10 @@ def dump(
     sock: socket.socket | None = None,
     netns: int = 0,
     cache: DumpCache | None = None,
+    states: int = ALL_BUT_LISTEN,
 ) -> list[SocketRecord]:
-    """Dump TCP sockets (optionally only those with a port in ``ports``) from the kernel.
+    """Dump TCP sockets (optionally only those with a port in ``ports``, in ``states``, a
+    bitmask of ``1 << state``) from the kernel.
 
     ``sock``: a NETLINK_SOCK_DIAG socket to ask through (it decides the network namespace);
     by default a new one in the caller's namespace. ``netns`` is written into the records.
@@ -375,14 +379,15 @@ def dump(
     global _one_walk
     if sock is None:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as s:
-            return dump(ports, families, capture, s, netns, cache)
+            return dump(ports, families, capture, s, netns, cache, states)
     port_list = sorted(set(ports)) if ports else None
     if _one_walk and set(families) == set(_BOTH):
         try:
-            return _run(sock, [build_request_all(port_list)], capture, netns, cache)
+            req = build_request_all(port_list, states=states)
+            return _run(sock, [req], capture, netns, cache)
         except NetlinkError:  # no compatibility request in this kernel: per family
             _one_walk = False
-    reqs = [build_request(f, port_list, seq) for seq, f in enumerate(families, 1)]
+    reqs = [build_request(f, port_list, seq, states) for seq, f in enumerate(families, 1)]
     return _run(sock, reqs, capture, netns, cache)
 
 

@@ -32,7 +32,7 @@ from streaming.agent.lifecycle import Meta, SocketLifecycles, meta_fields
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.pods import PodDirectory, PodSource
 from streaming.agent.procs import ProcessTable, ProcInfo
-from streaming.agent.records import CLOSE, SocketRecord
+from streaming.agent.records import CLOSE, TIME_WAIT, SocketRecord
 from streaming.schema.events import TCP_STATES
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,9 @@ class Agent:
             netns.read_ns(cfg.proc_root, "self") if cfg.network_namespaces == "own" else None
         )
         self._last_map = None
-        # The last scan's records, unchanged pairs and counts, when it found nothing new.
+        self._kernel_closed: dict[tuple, str] = {}  # tracked sockets the kernel saw close
+        self._time_wait_counts: dict[tuple[int, str], int] = {}
+        # The last scan's records, unchanged pairs, counts and kind, when it found nothing new.
         self._steady: tuple[list, list, dict] | None = None
 
     def _sink_busy(self) -> bool:
@@ -182,24 +184,31 @@ class Agent:
         now = self.clock()
         em = self.refresher.current()
         counted = self._ebpf_items(em)
-        records = self.collector.scan(em.ports() or None)
+        due = self.last_summary is None or now - self.last_summary >= self.cfg.summary_interval_s
+        summary = force_summary or due
+        # While the kernel counts every connection, TIME_WAIT sockets (one per connection closed
+        # here in the last minute: 60,000 at 1,000 connections a second) matter only for the
+        # summaries' counts: only summary scans dump them.
+        partial = self.lifecycles.counted_elsewhere and not summary
+        records = self.collector.scan(em.ports() or None, time_wait=not partial)
         same_map = em is self._last_map
         self._last_map = em
         steady = self._steady
         if (
             same_map
             and steady is not None
+            and steady[3] == partial
             and len(records) == len(steady[0])
             and all(map(operator.is_, records, steady[0]))
         ):
             # The collector handed back the very records of the last scan, in the same order,
             # and that scan found nothing new: nothing but tcp_info numbers changed (a changed
             # state or inode comes as a new record), so its split holds again.
-            _, unchanged, counts = steady
+            _, unchanged, counts, _ = steady
             fresh: list = []
         else:
             unchanged, fresh, counts = self._split(records, em, same_map)
-        self._steady = (records, unchanged, counts) if same_map and not fresh else None
+        self._steady = (records, unchanged, counts, partial) if same_map and not fresh else None
         observations: list = []
         owners = self.procs.lookup({rec.inode for rec, _ in fresh}) if fresh else {}
         for rec, c in fresh:
@@ -209,16 +218,20 @@ class Agent:
             ck = (rec.state, c.side)
             counts[ck] = counts.get(ck, 0) + 1
         emitted = 0
-        for fields in self.lifecycles.update(now, observations, unchanged):
+        kernel_closed, self._kernel_closed = self._kernel_closed, {}
+        for fields in self.lifecycles.update(now, observations, unchanged, partial, kernel_closed):
             self._emit(fields, now)
             emitted += 1
         emitted += self._emit_counts(counted, em, now)
         self.last_scan_s = time.perf_counter() - t0
         self.last_socket_count = len(observations) + len(unchanged)
-        due = self.last_summary is None or now - self.last_summary >= self.cfg.summary_interval_s
-        if force_summary or due:
+        if summary:
             emitted += self.summarize(now)
         self.metrics.scan_duration.observe(time.perf_counter() - t0)
+        if partial:  # the TIME_WAIT gauges keep the last summary scan's counts
+            counts = {**counts, **self._time_wait_counts}
+        else:
+            self._time_wait_counts = {k: n for k, n in counts.items() if k[0] == TIME_WAIT}
         by_name: Counter = Counter()
         for (state, side), n in counts.items():
             by_name[(TCP_STATES.get(state, "CLOSE"), side)] += n
@@ -258,7 +271,10 @@ class Agent:
                 ns = item.netns
             if isinstance(item, ebpf.Closed):
                 key = (ns, item.src, item.sport, item.dst, item.dport)
-                if key in known or self.lifecycles.recently_gone(key):
+                if key in known:
+                    self._kernel_closed[key] = item.closed_by  # see SocketLifecycles.update
+                    continue
+                if self.lifecycles.recently_gone(key):
                     continue
                 item = item.as_count(clients)
             if ns != item.netns:

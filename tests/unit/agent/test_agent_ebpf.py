@@ -271,3 +271,45 @@ def _wait(cond, timeout_s: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_scan_without_time_wait_closes_a_socket_only_on_the_kernels_word() -> None:
+    """A partial scan (no TIME_WAIT) does not find a tracked socket: it stays until the
+    kernel reports its close, and then is closed by whom the kernel says."""
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40003, "127.0.0.1", 9092, 9, 0)
+    lc = SocketLifecycles()
+    lc.counted_elsewhere = True
+    lc.update(0.0, [])
+    assert [e["kind"] for e in lc.update(1.0, [(est, _meta())])] == ["opened"]
+    assert lc.update(2.0, [], partial=True) == []  # closed locally, its report not yet read
+    assert est.key in lc.sockets
+    closed = lc.update(3.0, [], partial=True, kernel_closed={est.key: "local"})
+    assert [(e["kind"], e["closed_by"]) for e in closed] == [("closed", "local")]
+    assert est.key not in lc.sockets and lc.recently_gone(est.key)
+    # The next summary scan dumps its TIME_WAIT remains: counted for the summary, no event.
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40003, "127.0.0.1", 9092, 0, 0)
+    assert lc.update(4.0, [(tw, _meta())]) == []
+    assert lc.update(5.0, [], partial=True) == []  # TIME_WAIT is not in a partial scan
+    assert tw.key in lc.sockets
+    assert lc.update(6.0, []) == [] and tw.key not in lc.sockets  # gone from a full scan
+
+
+def test_a_full_scan_decides_what_a_partial_one_could_not() -> None:
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40004, "127.0.0.1", 9092, 9, 0)
+    lc = SocketLifecycles()
+    lc.counted_elsewhere = True
+    lc.update(0.0, [])
+    lc.update(1.0, [(est, _meta())])
+    assert lc.update(2.0, [], partial=True) == []
+    gone = lc.update(3.0, [])  # no kernel report came: the scans' own inference
+    assert [(e["kind"], e["closed_by"]) for e in gone] == [("closed", "peer")]
+
+
+def test_runs_the_kernel_skipped_are_read_from_the_programs_fdinfo(tmp_path) -> None:
+    fdinfo = tmp_path / "77" / "fdinfo"
+    fdinfo.mkdir(parents=True)
+    (fdinfo / "3").write_text("pos:\t0\nflags:\t02\n")  # not a program
+    (fdinfo / "4").write_text("prog_type:\t5\nrun_cnt:\t10\nrecursion_misses:\t2\n")
+    (fdinfo / "5").write_text("prog_type:\t7\nrecursion_misses:\t1\n")
+    assert ebpf.recursion_misses(77, str(tmp_path)) == 3
+    assert ebpf.recursion_misses(78, str(tmp_path)) is None
