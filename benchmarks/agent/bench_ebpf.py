@@ -77,11 +77,15 @@ def _client(port: int, rate: float, seconds: float, out) -> None:
 
 def ticks(pid: int) -> int:
     """utime + stime of one process, in clock ticks (0 once it is gone)."""
+    return sum(user_system(pid))
+
+
+def user_system(pid: int) -> tuple[int, int]:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])
+        return 0, 0
+    return int(fields[11]), int(fields[12])
 
 
 def children(pid: int) -> list[int]:
@@ -92,9 +96,11 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def bpf_prog_stats(pid: int) -> tuple[int, int]:
-    """(run_time_ns, run_cnt) summed over the BPF programs a process holds open."""
-    total_ns = total_cnt = 0
+def bpf_prog_stats(pid: int) -> tuple[int, int, int]:
+    """(run_time_ns, run_cnt, recursion_misses) summed over the BPF programs a process holds
+    open. A miss is a run the kernel skipped: the program fired while a BPF program was
+    already running on that CPU."""
+    total_ns = total_cnt = misses = 0
     for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
         try:
             info = fd.read_text()
@@ -108,7 +114,9 @@ def bpf_prog_stats(pid: int) -> tuple[int, int]:
                 total_ns += int(value)
             elif key == "run_cnt":
                 total_cnt += int(value)
-    return total_ns, total_cnt
+            elif key == "recursion_misses":
+                misses += int(value)
+    return total_ns, total_cnt, misses
 
 
 def count_reported(path: Path, client_pid: int, port: int) -> dict:
@@ -155,8 +163,10 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
         cmd = [
             sys.executable, "-m", "streaming", "--log-level", "WARNING", "agent",
             "--config", str(cfg), "--output", str(out), "--interval", str(interval),
-            "--summary-interval", "10", "--ebpf", mode,
+            "--ebpf", mode,
         ]  # fmt: skip
+        if mode == "floor":  # one filtered dump read to the end per interval, nothing parsed
+            cmd = [sys.executable, __file__, "--dump-loop", str(port), "--interval", str(interval)]
         agent = subprocess.Popen(cmd, cwd=REPO)
         try:
             time.sleep(8.0)  # start-up, first scan, bpftrace attached
@@ -168,6 +178,7 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
             client = mp.Process(target=_client, args=(port, rate, seconds, send))
             k0 = sum(ticks(k) for k in kids)
             c0 = ticks(agent.pid) + k0
+            us0 = user_system(agent.pid)
             w0 = time.monotonic()
             load0 = os.getloadavg()
             client.start()
@@ -178,6 +189,7 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
             time.sleep(2 * interval + 1.0)
             k1 = sum(ticks(k) for k in kids)
             c1 = ticks(agent.pid) + k1
+            us1 = user_system(agent.pid)
             w1 = time.monotonic()
             load1 = os.getloadavg()
             stats1 = {k: bpf_prog_stats(k) for k in kids}
@@ -186,7 +198,12 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
             agent.wait(60)
         run_ns = sum(stats1[k][0] - stats0[k][0] for k in kids)
         run_cnt = sum(stats1[k][1] - stats0[k][1] for k in kids)
-        reported = count_reported(out, client_pid, port)
+        run_misses = sum(stats1[k][2] - stats0[k][2] for k in kids)
+        reported = (
+            count_reported(out, client_pid, port)
+            if out.exists()
+            else {"counted": 0, "attributed": 0, "events": 0}
+        )
     cpu_s = (c1 - c0) / hz
     return {
         "mode": mode,
@@ -200,8 +217,11 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
         "measured_s": round(w1 - w0, 1),
         "agent_share_of_one_core": round(cpu_s / (w1 - w0), 5),
         "bpftrace_cpu_s": (k1 - k0) / hz,
+        "agent_user_s": (us1[0] - us0[0]) / hz,
+        "agent_system_s": (us1[1] - us0[1]) / hz,
         "bpf_run_time_s": round(run_ns / 1e9, 4),
         "bpf_runs": run_cnt,
+        "bpf_recursion_misses": run_misses,
         "bpf_ns_per_run": round(run_ns / run_cnt) if run_cnt else None,
         "bpf_share_of_one_core": round(run_ns / 1e9 / (w1 - w0), 5),
         "load_before": [round(x, 2) for x in load0],
@@ -215,9 +235,18 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--interval", type=float, default=1.0, help="the agent's scan interval")
     ap.add_argument("--runs", type=int, default=1, help="interleaved pairs of runs")
-    ap.add_argument("--modes", default="on,off", help="--ebpf values to run, in order")
+    ap.add_argument(
+        "--modes", default="on,off", help="--ebpf values to run, in order; floor: the dump alone"
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--dump-loop", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.dump_loop:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_scan import dump_loop
+
+        dump_loop([args.dump_loop], args.interval)
+        return 0
     if os.geteuid() != 0:
         print("bench_ebpf: run as root (the eBPF collector needs it)", file=sys.stderr)
         return 2
