@@ -53,6 +53,8 @@ from streaming.schema.events import TCP_STATES
 PEER_CLOSE_STATES = frozenset({CLOSE_WAIT, LAST_ACK})
 LOCAL_CLOSE_STATES = frozenset({FIN_WAIT1, FIN_WAIT2, CLOSING, TIME_WAIT})
 CLOSING_STATES = PEER_CLOSE_STATES | LOCAL_CLOSE_STATES | {CLOSE}
+# Closing states a socket can be in after its process closed it (no inode left).
+ORPHAN_STATES = frozenset({FIN_WAIT1, FIN_WAIT2, CLOSING, LAST_ACK})
 # States that end the connection for good: after them only kernel bookkeeping remains.
 FINAL_STATES = frozenset({TIME_WAIT, CLOSE})
 OPENING_STATES = frozenset({SYN_SENT, SYN_RECV, ESTABLISHED})
@@ -121,6 +123,11 @@ class Tracked:
     gen: int = 0  # the last scan that saw it
     dropped: bool = False  # closed by the broker together with a busy connection
     reopened: bool = False  # its process lost a connection to this broker before
+    # First seen already closing and without a process while the kernel counts connections:
+    # no events of its own; ``kernel_counts`` when the kernel's report of its close is to be
+    # counted (it was still open, so the dump that found it marked it as seen).
+    silent: bool = False
+    kernel_counts: bool = False
 
 
 def meta_fields(m: Meta) -> dict[str, Any]:
@@ -317,9 +324,11 @@ class SocketLifecycles:
         entered = self._entered(rec, now, None)
         t = Tracked(rec, meta, min(now, entered), entered, now, idle, idle, now)
         self.sockets[key] = t
-        if rec.state in FINAL_STATES and not initial and self.counted_elsewhere:
+        orphan = not rec.inode and rec.state in ORPHAN_STATES
+        if (rec.state in FINAL_STATES or orphan) and not initial and self.counted_elsewhere:
             t.closed_by = _closed_by_for(rec.state)
-            t.closed_emitted = True
+            t.closed_emitted = t.silent = True
+            t.kernel_counts = orphan
             return t
         ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
         events.append(ev)
@@ -349,6 +358,9 @@ class SocketLifecycles:
             t.meta = meta
         self._sample(t, rec, now)
         if rec.state == prev:
+            return
+        if t.silent:
+            t.state_since = now
             return
         t.state_since = self._entered(rec, now, t.last_sample_before)
         if t.closed_by is None:

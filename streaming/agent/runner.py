@@ -271,9 +271,12 @@ class Agent:
                 ns = item.netns
             if isinstance(item, ebpf.Closed):
                 key = (ns, item.src, item.sport, item.dst, item.dport)
-                if key in known:
+                tracked = known.get(key)
+                if tracked is not None:
                     self._kernel_closed[key] = item.closed_by  # see SocketLifecycles.update
-                    continue
+                    if not tracked.kernel_counts:
+                        continue
+                    tracked.kernel_counts = False  # counted below, with the kernel's process
                 if self.lifecycles.recently_gone(key):
                     continue
                 item = item.as_count(clients)

@@ -313,3 +313,19 @@ def test_runs_the_kernel_skipped_are_read_from_the_programs_fdinfo(tmp_path) -> 
     (fdinfo / "5").write_text("prog_type:\t7\nrecursion_misses:\t1\n")
     assert ebpf.recursion_misses(77, str(tmp_path)) == 3
     assert ebpf.recursion_misses(78, str(tmp_path)) is None
+
+
+def test_an_orphan_first_seen_closing_is_left_to_the_kernel() -> None:
+    """Found after its process closed it (no inode, so no process): the kernel's report of
+    its close, which names the process, is what counts; the scans send nothing for it."""
+    from streaming.agent.records import FIN_WAIT2
+
+    orphan = SocketRecord(2, FIN_WAIT2, "10.0.0.5", 40005, "127.0.0.1", 9092, 0, 0)
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40005, "127.0.0.1", 9092, 0, 0)
+    for counted, kinds in ((False, ["opened", "transition", "closed"]), (True, [])):
+        lc = SocketLifecycles()
+        lc.update(0.0, [])
+        lc.counted_elsewhere = counted
+        events = lc.update(1.0, [(orphan, _meta())]) + lc.update(2.0, [(tw, None)])
+        assert [e["kind"] for e in events] == kinds
+        assert lc.sockets[orphan.key].kernel_counts is counted
