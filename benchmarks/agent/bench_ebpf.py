@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from streaming.agent import ebpf
+
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ADDRS = [f"127.0.2.{i}" for i in range(1, 9)]  # spread ephemeral ports over 8 sources
 BPF_STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -97,26 +99,10 @@ def children(pid: int) -> list[int]:
 
 
 def bpf_prog_stats(pid: int) -> tuple[int, int, int]:
-    """(run_time_ns, run_cnt, recursion_misses) summed over the BPF programs a process holds
-    open. A miss is a run the kernel skipped: the program fired while a BPF program was
-    already running on that CPU."""
-    total_ns = total_cnt = misses = 0
-    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            info = fd.read_text()
-        except OSError:
-            continue
-        if "prog_type:" not in info:
-            continue
-        for line in info.splitlines():
-            key, _, value = line.partition(":")
-            if key == "run_time_ns":
-                total_ns += int(value)
-            elif key == "run_cnt":
-                total_cnt += int(value)
-            elif key == "recursion_misses":
-                misses += int(value)
-    return total_ns, total_cnt, misses
+    """(run_time_ns, run_cnt, recursion_misses) over the BPF programs a process holds open. A
+    miss is a run the kernel skipped: the program fired while a BPF program already ran there."""
+    s = ebpf.prog_stats(pid) or {"run_time_ns": 0, "run_cnt": 0, "recursion_misses": 0}
+    return s["run_time_ns"], s["run_cnt"], s["recursion_misses"]
 
 
 def count_reported(path: Path, client_pid: int, port: int) -> dict:

@@ -400,14 +400,14 @@ def unavailable(
     return None
 
 
-def recursion_misses(pid: int, proc_root: str = "/proc") -> int | None:
-    """Runs the kernel skipped, summed over the BPF programs process ``pid`` holds (None when
-    its file descriptors cannot be read)."""
+def prog_stats(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:
+    """The kernel's counters (``run_time_ns``, ``run_cnt``, ``recursion_misses``) summed over
+    the BPF programs process ``pid`` holds; None when its file descriptors cannot be read."""
     try:
         names = os.listdir(f"{proc_root}/{pid}/fdinfo")
     except OSError:
         return None
-    total = 0
+    total: dict[str, int] = {"run_time_ns": 0, "run_cnt": 0, "recursion_misses": 0}
     for name in names:
         try:
             with open(f"{proc_root}/{pid}/fdinfo/{name}") as f:
@@ -417,9 +417,17 @@ def recursion_misses(pid: int, proc_root: str = "/proc") -> int | None:
         if "prog_type:" not in text:
             continue
         for line in text.splitlines():
-            if line.startswith("recursion_misses:"):
-                total += int(line.split(":", 1)[1])
+            key, _, value = line.partition(":")
+            if key in total:
+                total[key] += int(value)
     return total
+
+
+def recursion_misses(pid: int, proc_root: str = "/proc") -> int | None:
+    """Runs the kernel skipped (a BPF program was already running on that CPU), summed over
+    the programs process ``pid`` holds; None when they cannot be read."""
+    stats = prog_stats(pid, proc_root)
+    return None if stats is None else stats["recursion_misses"]
 
 
 class EbpfCollector:

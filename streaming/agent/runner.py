@@ -269,8 +269,10 @@ class Agent:
                 ns = 0
             else:
                 ns = item.netns
+            if ns != item.netns:
+                item = dataclasses.replace(item, netns=ns)
             if isinstance(item, ebpf.Closed):
-                key = (ns, item.src, item.sport, item.dst, item.dport)
+                key = item.key
                 tracked = known.get(key)
                 if tracked is not None:
                     self._kernel_closed[key] = item.closed_by  # see SocketLifecycles.update
@@ -280,8 +282,6 @@ class Agent:
                 if self.lifecycles.recently_gone(key):
                     continue
                 item = item.as_count(clients)
-            if ns != item.netns:
-                item = dataclasses.replace(item, netns=ns)
             # Named now: the process table forgets exited processes at the scan's lookup.
             info = None
             if item.pid:
