@@ -128,6 +128,9 @@ class Tracked:
     # counted (it was still open, so the dump that found it marked it as seen).
     silent: bool = False
     kernel_counts: bool = False
+    # A new client socket whose process was not found (see ``_open``): silent until a scan
+    # finds it open again or the kernel reports its close.
+    awaiting_owner: bool = False
 
 
 def meta_fields(m: Meta) -> dict[str, Any]:
@@ -167,6 +170,9 @@ class SocketLifecycles:
 
     def __init__(self) -> None:
         self.sockets: dict[tuple[int, str, int, str, int], Tracked] = {}
+        # Keys of the tracked sockets not in TIME_WAIT: what a partial scan must account for,
+        # without walking the (many) TIME_WAIT entries it did not dump.
+        self._live: dict[tuple, None] = {}  # an ordered set: events keep a stable order
         self.initialized = False
         # Set while the kernel counts every connection no scan saw (the eBPF collector): a new
         # socket first seen already closed (TIME_WAIT) was counted there, so it is tracked for the
@@ -205,7 +211,7 @@ class SocketLifecycles:
         self.initialized = True
         self._gen += 1
         gen = self._gen
-        sockets = self.sockets
+        sockets, live = self.sockets, self._live
         for t, rec in unchanged:
             self._sample(t, rec, now)
             t.gen = gen
@@ -216,6 +222,7 @@ class SocketLifecycles:
                 if not t.closed_emitted:
                     self._close(t, now, events)
                 del sockets[key]
+                live.pop(key, None)
                 t = None
             if t is None:
                 if meta is None:
@@ -224,11 +231,15 @@ class SocketLifecycles:
             else:
                 self._observe(t, rec, meta, now, events)
             t.gen = gen
+            if rec.state == TIME_WAIT:
+                live.pop(key, None)
+            else:
+                live[key] = None
         gone = self._gone
         if gone and next(iter(gone.values())) < now - GONE_MEMORY_S:
             self._gone = gone = {k: v for k, v in gone.items() if v >= now - GONE_MEMORY_S}
         if partial:  # TIME_WAIT was not dumped: those keep their last scan (see the docstring)
-            unseen = [k for k, t in sockets.items() if t.gen != gen and t.rec.state != TIME_WAIT]
+            unseen = [k for k in live if sockets[k].gen != gen]
         else:
             unseen = [k for k, t in sockets.items() if t.gen != gen]
         for key in unseen:
@@ -241,6 +252,7 @@ class SocketLifecycles:
                 if t.closed_by is None and by != "unknown":
                     t.closed_by = by
             del sockets[key]
+            live.pop(key, None)
             gone.pop(key, None)  # keep the dict in time order: the oldest entry first
             gone[key] = now
             if not t.closed_emitted:
@@ -314,9 +326,13 @@ class SocketLifecycles:
 
     @staticmethod
     def _is_reuse(t: Tracked, rec: SocketRecord) -> bool:
-        """Same 4-tuple, different socket: a new inode, or an opening state after a closing one."""
+        """Same 4-tuple, different socket: a new inode, an opening state after a closing one,
+        or any other state after TIME_WAIT/CLOSE (a new connection that scans first found
+        already closing, its process gone)."""
         if rec.inode and t.rec.inode and rec.inode != t.rec.inode:
             return True
+        if t.rec.state in FINAL_STATES:
+            return rec.state not in FINAL_STATES
         return t.rec.state in CLOSING_STATES and rec.state in OPENING_STATES
 
     def _open(self, key, rec, meta, now, initial, events) -> Tracked:
@@ -325,11 +341,18 @@ class SocketLifecycles:
         t = Tracked(rec, meta, min(now, entered), entered, now, idle, idle, now)
         self.sockets[key] = t
         orphan = not rec.inode and rec.state in ORPHAN_STATES
-        if (rec.state in FINAL_STATES or orphan) and not initial and self.counted_elsewhere:
-            t.closed_by = _closed_by_for(rec.state)
-            t.closed_emitted = t.silent = True
-            t.kernel_counts = orphan
-            return t
+        if not initial and self.counted_elsewhere:
+            if rec.state in FINAL_STATES or orphan:
+                t.closed_by = _closed_by_for(rec.state)
+                t.closed_emitted = t.silent = True
+                t.kernel_counts = orphan
+                return t
+            if meta.pid is None and meta.side == "client" and rec.inode:
+                # Most likely its process closed it between the dump and the owner lookup: the
+                # kernel's report of the close names the process that connected. Still open at
+                # the next scan, it gets its events then.
+                t.closed_emitted = t.silent = t.kernel_counts = t.awaiting_owner = True
+                return t
         ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
         events.append(ev)
         if not initial:
@@ -357,6 +380,12 @@ class SocketLifecycles:
         if meta is not None and (meta.pid is not None or t.meta.pid is None):
             t.meta = meta
         self._sample(t, rec, now)
+        if t.awaiting_owner and t.kernel_counts and rec.inode:
+            # Still open, so not a close the kernel reports: the events it would have had.
+            t.awaiting_owner = t.silent = t.kernel_counts = t.closed_emitted = False
+            ev = self._fields(t, "opened", now, open_reason="new")
+            events.append(ev)
+            self._opened_now.append((ev, t))
         if rec.state == prev:
             return
         if t.silent:

@@ -332,3 +332,72 @@ def test_an_orphan_first_seen_closing_is_left_to_the_kernel() -> None:
         events = lc.update(1.0, [(orphan, _meta())]) + lc.update(2.0, [(tw, None)])
         assert [e["kind"] for e in events] == kinds
         assert lc.sockets[orphan.key].kernel_counts is counted
+
+
+def test_a_new_client_socket_without_its_process_waits_one_scan() -> None:
+    """Dumped open, but its process was not found (it closed the socket before the owner
+    lookup): no events while the kernel may still report its close with the process; still
+    open at the next scan, it is announced then, with the process if found by then."""
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40006, "127.0.0.1", 9092, 31, 0)
+    nobody = Meta("local", "client", "unknown", 1, "127.0.0.1:9092")
+    for counted in (False, True):
+        lc = SocketLifecycles()
+        lc.update(0.0, [])
+        lc.counted_elsewhere = counted
+        first = lc.update(1.0, [(est, nobody)])
+        assert [e["kind"] for e in first] == ([] if counted else ["opened"])
+        assert lc.sockets[est.key].kernel_counts is counted
+        again = lc.update(2.0, [(est, _meta())], partial=counted)
+        assert [(e["kind"], e["pid"]) for e in again] == ([("opened", 10)] if counted else [])
+        assert not lc.sockets[est.key].kernel_counts
+        if counted:
+            assert again[0]["lifetime_s"] == 1.0  # from when the first scan found it
+    # Gone before the next scan: the kernel's report is the one that counts.
+    lc = SocketLifecycles()
+    lc.update(0.0, [])
+    lc.counted_elsewhere = True
+    lc.update(1.0, [(est, nobody)])
+    assert lc.update(2.0, [], partial=True, kernel_closed={est.key: "peer"}) == []
+    assert est.key not in lc.sockets
+
+
+def test_only_client_sockets_wait_for_their_process() -> None:
+    """The kernel knows the process of a connect, not of an accepted connection."""
+    est = SocketRecord(2, ESTABLISHED, "127.0.0.1", 9092, "10.0.0.5", 40007, 32, 0)
+    broker = Meta("local", "broker", "kafka-broker", 1, "127.0.0.1:9092", peer_host="10.0.0.5")
+    lc = SocketLifecycles()
+    lc.update(0.0, [])
+    lc.counted_elsewhere = True
+    assert [e["kind"] for e in lc.update(1.0, [(est, broker)])] == ["opened"]
+
+
+def test_a_socket_seen_entering_time_wait_is_kept_through_partial_scans() -> None:
+    est = SocketRecord(2, ESTABLISHED, "10.0.0.5", 40008, "127.0.0.1", 9092, 33, 0)
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40008, "127.0.0.1", 9092, 0, 0)
+    lc = SocketLifecycles()
+    lc.counted_elsewhere = True
+    lc.update(0.0, [])
+    lc.update(1.0, [(est, _meta())])
+    assert [e["kind"] for e in lc.update(2.0, [(tw, None)])] == ["transition", "closed"]
+    for at in (3.0, 4.0):
+        assert lc.update(at, [], partial=True) == [] and tw.key in lc.sockets
+    assert lc.update(5.0, []) == [] and tw.key not in lc.sockets
+
+
+def test_a_new_connection_found_closing_on_a_time_wait_four_tuple_is_a_new_one() -> None:
+    """The kernel hands a TIME_WAIT 4-tuple to a new connect; a scan first finds that one
+    already closed by its process (FIN_WAIT2, no inode). It is not the old connection: its
+    close is the kernel's to count."""
+    from streaming.agent.records import FIN_WAIT2
+
+    tw = SocketRecord(2, TIME_WAIT, "10.0.0.5", 40009, "127.0.0.1", 9092, 0, 0)
+    orphan = SocketRecord(2, FIN_WAIT2, "10.0.0.5", 40009, "127.0.0.1", 9092, 0, 0)
+    for counted, kinds in ((False, ["opened"]), (True, [])):
+        lc = SocketLifecycles()
+        lc.update(0.0, [])
+        lc.counted_elsewhere = counted
+        lc.update(1.0, [(tw, _meta())])
+        old = lc.sockets[tw.key]
+        assert [e["kind"] for e in lc.update(2.0, [(orphan, _meta())])] == kinds
+        assert lc.sockets[tw.key] is not old
+        assert lc.sockets[tw.key].kernel_counts is counted
