@@ -166,6 +166,9 @@ class Agent:
         self._last_map = None
         self._kernel_closed: dict[tuple, str] = {}  # tracked sockets the kernel saw close
         self._time_wait_counts: dict[tuple[int, str], int] = {}
+        # Meta of sockets without a process, by classification: the same for every TIME_WAIT
+        # socket to one broker, and a summary scan may find tens of thousands.
+        self._unowned: dict[Classification, Meta] = {}
         # The last scan's records, unchanged pairs, counts and kind, when it found nothing new.
         self._steady: tuple[list, list, dict] | None = None
 
@@ -211,10 +214,17 @@ class Agent:
         self._steady = (records, unchanged, counts, partial) if same_map and not fresh else None
         observations: list = []
         owners = self.procs.lookup({rec.inode for rec, _ in fresh}) if fresh else {}
+        if not same_map or len(self._unowned) > 10000:
+            self._unowned = {}
         for rec, c in fresh:
             info = owners.get(rec.inode)
-            lib = self._library(info) if c.side == "client" else None
-            observations.append((rec, self._meta(c, info, lib)))
+            meta = self._unowned.get(c) if info is None else None
+            if meta is None:
+                lib = self._library(info) if c.side == "client" else None
+                meta = self._meta(c, info, lib)
+                if info is None:
+                    self._unowned[c] = meta
+            observations.append((rec, meta))
             ck = (rec.state, c.side)
             counts[ck] = counts.get(ck, 0) + 1
         emitted = 0
