@@ -11,6 +11,9 @@ at a fixed rate; the agent runs from this checkout with its output in a file, on
 - counted: client connections the agent reported (``short_lived`` counts plus ``opened``
   events), and attributed: those carrying the client's pid; against the client's own count.
 
+Each run first waits for the previous run's TIME_WAIT sockets to expire, so that every run
+starts on the same socket table.
+
 Run as root from the repository root: ``.venv/bin/python benchmarks/agent/bench_ebpf.py``.
 """
 
@@ -127,8 +130,32 @@ def count_reported(path: Path, client_pid: int, port: int) -> dict:
     return {"counted": counted, "attributed": attributed, "events": events}
 
 
-def run_once(mode: str, rate: float, seconds: float, interval: float, port: int) -> dict:
+def time_wait_left(port: int) -> int:
+    out = subprocess.run(
+        ["ss", "-Htn", "state", "time-wait", f"( dport = :{port} or sport = :{port} )"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    return len(out.splitlines())
+
+
+def wait_for_time_wait(port: int, timeout_s: float = 90.0) -> None:
+    """Let a previous run's TIME_WAIT sockets expire: each run starts on the same table."""
+    deadline = time.monotonic() + timeout_s
+    while time_wait_left(port) and time.monotonic() < deadline:
+        time.sleep(2.0)
+
+
+def run_once(
+    mode: str,
+    rate: float,
+    seconds: float,
+    interval: float,
+    port: int,
+    keep: Path | None = None,
+    profile: Path | None = None,
+) -> dict:
     hz = os.sysconf("SC_CLK_TCK")
+    wait_for_time_wait(port)
     with tempfile.TemporaryDirectory() as d:
         cfg, out = Path(d) / "agent.yaml", Path(d) / "events.jsonl"
         cfg.write_text(
@@ -146,8 +173,9 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
                 }
             )
         )
+        prof = ["-m", "cProfile", "-o", str(profile)] if profile and mode != "floor" else []
         cmd = [
-            sys.executable, "-m", "streaming", "--log-level", "WARNING", "agent",
+            sys.executable, *prof, "-m", "streaming", "--log-level", "WARNING", "agent",
             "--config", str(cfg), "--output", str(out), "--interval", str(interval),
             "--ebpf", mode,
         ]  # fmt: skip
@@ -182,6 +210,9 @@ def run_once(mode: str, rate: float, seconds: float, interval: float, port: int)
         finally:
             agent.send_signal(signal.SIGTERM)
             agent.wait(60)
+        if keep is not None and out.exists():
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"events-{mode}-{int(time.time())}.jsonl").write_bytes(out.read_bytes())
         run_ns = sum(stats1[k][0] - stats0[k][0] for k in kids)
         run_cnt = sum(stats1[k][1] - stats0[k][1] for k in kids)
         run_misses = sum(stats1[k][2] - stats0[k][2] for k in kids)
@@ -225,6 +256,8 @@ def main() -> int:
         "--modes", default="on,off", help="--ebpf values to run, in order; floor: the dump alone"
     )
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--keep-events", type=Path, metavar="DIR", help="keep each run's events here")
+    ap.add_argument("--profile", type=Path, metavar="FILE", help="run the agent under cProfile")
     ap.add_argument("--dump-loop", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.dump_loop:
@@ -250,7 +283,10 @@ def main() -> int:
     try:
         for _ in range(args.runs):
             for mode in args.modes.split(","):
-                r = run_once(mode, args.rate, args.seconds, args.interval, port)
+                r = run_once(
+                    mode, args.rate, args.seconds, args.interval, port, args.keep_events,
+                    args.profile,
+                )  # fmt: skip
                 print(json.dumps(r), flush=True)
                 results.append(r)
     finally:
