@@ -255,7 +255,7 @@ def main() -> int:
     }
     try:
         b = cluster.bootstrap_servers
-        names = topic_names("bench")
+        names = topic_names("bench", partials=True)  # created up front: the state query reads it
         create_job_topics(b, names, args.partitions)
         result["produce_events_per_s"] = round(
             produce_load(b, names["events"], args.events, span_s=1800)
