@@ -47,6 +47,23 @@ TICK = "tick"  # in an end record: the fleet's newest event time
 # ``stats`` row per bucket and batch.
 OUTPUT_SCHEMA = "kind string, key string, value string"
 STATE_SCHEMA = "state binary"
+# A bucket's saved state goes to Spark's state store as a list of pieces of at most this size.
+# Spark's Python state server reads a value-state update with a single socket read, so one of
+# more than a few tens of KiB (a bucket of a few thousand series) can arrive cut short and stop
+# the query; a list state's values travel as Arrow batches, which are read in full.
+STATE_PIECE_BYTES = 32 * 1024
+
+
+def state_pieces(blob: bytes) -> list[tuple[bytes]]:
+    """A saved bucket as list-state rows (``STATE_SCHEMA``), in order."""
+    n = STATE_PIECE_BYTES
+    return [(blob[i : i + n],) for i in range(0, len(blob), n)]
+
+
+def joined_state(rows: Iterable[tuple[bytes]]) -> bytes | None:
+    """The saved bucket from its list-state rows; None for none."""
+    blob = b"".join(bytes(r[0]) for r in rows)
+    return blob or None
 
 
 def bucket_column(buckets: int) -> Column:
@@ -184,7 +201,7 @@ def make_processor(
 
     class BucketProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
-            self.state = handle.getValueState("bucket", STATE_SCHEMA)
+            self.state = handle.getListState("bucket", STATE_SCHEMA)
 
         def handleInputRows(  # noqa: N802 - Spark's API
             self,
@@ -192,13 +209,13 @@ def make_processor(
             rows: Iterator[pd.DataFrame],
             timerValues: Any,  # noqa: N803
         ) -> Iterator[pd.DataFrame]:
-            blob = self.state.get()[0] if self.state.exists() else None
+            blob = joined_state(self.state.get()) if self.state.exists() else None
             bucket = Bucket.load(blob, cfg, clock)
             em = bucket.process(_records(rows), latest_only)
             if bucket.empty():
                 self.state.clear()
             else:
-                self.state.update((bucket.dump(),))
+                self.state.put(state_pieces(bucket.dump()))
             yield output_frame(em)
 
         def close(self) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 META = "connmon.json"
-LAYOUT = 2  # the job's two queries and its state in Spark's state store
+LAYOUT = 3  # the job's two queries; each bucket's state a list of pieces in Spark's state store
 INGEST_QUERY = "aggregates"  # reads the events topic; its name in status records
 STATE_QUERY = "state"  # holds the series' state; reads the partials topic
 

@@ -4,11 +4,23 @@ publish what one process holding every series would."""
 
 from __future__ import annotations
 
+import os
 import random
 import zlib
 
+import pytest
+
 from streaming.detectors.config import DetectorConfig
-from streaming.job.buckets import END, TICK, Bucket, output_frame, window_end_clock
+from streaming.job.buckets import (
+    END,
+    STATE_PIECE_BYTES,
+    TICK,
+    Bucket,
+    joined_state,
+    output_frame,
+    state_pieces,
+    window_end_clock,
+)
 from streaming.job.open_windows import flat_col
 
 CFG = DetectorConfig()
@@ -159,3 +171,12 @@ def test_a_batch_read_in_two_parts_waits_for_its_end():
                 aggs += em.aggregates
                 late += em.late
         assert (findings, aggs, late) == tuple(whole), f"seed {seed}"
+
+
+@pytest.mark.parametrize("size", [0, 1, STATE_PIECE_BYTES, STATE_PIECE_BYTES + 1, 300_000])
+def test_a_saved_bucket_goes_in_pieces_small_enough_and_comes_back_whole(size: int) -> None:
+    blob = os.urandom(size)
+    pieces = state_pieces(blob)
+    assert all(0 < len(p) <= STATE_PIECE_BYTES for (p,) in pieces)
+    assert len(pieces) == -(-size // STATE_PIECE_BYTES)
+    assert joined_state(pieces) == (blob or None)
