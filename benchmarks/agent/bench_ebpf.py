@@ -34,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from streaming.agent import ebpf
+from streaming.agent import ebpf, netlink
+from streaming.agent.records import TIME_WAIT
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_ADDRS = [f"127.0.2.{i}" for i in range(1, 9)]  # spread ephemeral ports over 8 sources
@@ -131,11 +132,7 @@ def count_reported(path: Path, client_pid: int, port: int) -> dict:
 
 
 def time_wait_left(port: int) -> int:
-    out = subprocess.run(
-        ["ss", "-Htn", "state", "time-wait", f"( dport = :{port} or sport = :{port} )"],
-        capture_output=True, text=True, check=False,
-    ).stdout  # fmt: skip
-    return len(out.splitlines())
+    return len(netlink.dump([port], states=1 << TIME_WAIT))
 
 
 def wait_for_time_wait(port: int, timeout_s: float = 90.0) -> None:

@@ -423,13 +423,6 @@ def prog_stats(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:
     return total
 
 
-def recursion_misses(pid: int, proc_root: str = "/proc") -> int | None:
-    """Runs the kernel skipped (a BPF program was already running on that CPU), summed over
-    the programs process ``pid`` holds; None when they cannot be read."""
-    stats = prog_stats(pid, proc_root)
-    return None if stats is None else stats["recursion_misses"]
-
-
 class EbpfCollector:
     """Runs bpftrace for the current Kafka ports; ``drain()`` returns what it counted since.
 
@@ -582,9 +575,10 @@ class EbpfCollector:
         proc = self._proc
         if proc is None or self.on_lost is None:
             return
-        misses = recursion_misses(proc.pid)
-        if misses is None:
+        stats = prog_stats(proc.pid)
+        if stats is None:
             return
+        misses = stats["recursion_misses"]
         if proc.pid != self._misses_pid:
             self._misses_pid, self._misses = proc.pid, 0
         if misses > self._misses:

@@ -126,11 +126,10 @@ class Tracked:
     # First seen already closing and without a process while the kernel counts connections:
     # no events of its own; ``kernel_counts`` when the kernel's report of its close is to be
     # counted (it was still open, so the dump that found it marked it as seen).
+    # Silent with an inode: a new client socket whose process was not found (see ``_open``),
+    # until a scan finds it open again or the kernel reports its close.
     silent: bool = False
     kernel_counts: bool = False
-    # A new client socket whose process was not found (see ``_open``): silent until a scan
-    # finds it open again or the kernel reports its close.
-    awaiting_owner: bool = False
 
 
 def meta_fields(m: Meta) -> dict[str, Any]:
@@ -351,12 +350,9 @@ class SocketLifecycles:
                 # Most likely its process closed it between the dump and the owner lookup: the
                 # kernel's report of the close names the process that connected. Still open at
                 # the next scan, it gets its events then.
-                t.closed_emitted = t.silent = t.kernel_counts = t.awaiting_owner = True
+                t.closed_emitted = t.silent = t.kernel_counts = True
                 return t
-        ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
-        events.append(ev)
-        if not initial:
-            self._opened_now.append((ev, t))
+        self._announce(t, now, initial, events)
         cb = _closed_by_for(rec.state)
         if cb is not None:
             t.closed_by = cb
@@ -380,12 +376,11 @@ class SocketLifecycles:
         if meta is not None and (meta.pid is not None or t.meta.pid is None):
             t.meta = meta
         self._sample(t, rec, now)
-        if t.awaiting_owner and t.kernel_counts and rec.inode:
-            # Still open, so not a close the kernel reports: the events it would have had.
-            t.awaiting_owner = t.silent = t.kernel_counts = t.closed_emitted = False
-            ev = self._fields(t, "opened", now, open_reason="new")
-            events.append(ev)
-            self._opened_now.append((ev, t))
+        if t.silent and t.kernel_counts and rec.inode:
+            # Waited for its process and still open, so not a close the kernel reports (an
+            # orphan never has an inode): the events it would have had.
+            t.silent = t.kernel_counts = t.closed_emitted = False
+            self._announce(t, now, False, events)
         if rec.state == prev:
             return
         if t.silent:
@@ -402,6 +397,13 @@ class SocketLifecycles:
         events.append(self._fields(t, "transition", now, prev_state=TCP_STATES.get(prev)))
         if rec.state in FINAL_STATES and not t.closed_emitted:
             self._close(t, now, events)
+
+    def _announce(self, t: Tracked, now: float, initial: bool, events: list[dict]) -> None:
+        """The ``opened`` event of a socket; a new one waits for ``_pair``."""
+        ev = self._fields(t, "opened", now, open_reason="initial" if initial else "new")
+        events.append(ev)
+        if not initial:
+            self._opened_now.append((ev, t))
 
     @staticmethod
     def _sample(t: Tracked, rec: SocketRecord, now: float) -> None:

@@ -170,7 +170,7 @@ class Agent:
         # socket to one broker, and a summary scan may find tens of thousands.
         self._unowned: dict[Classification, Meta] = {}
         # The last scan's records, unchanged pairs, counts and kind, when it found nothing new.
-        self._steady: tuple[list, list, dict] | None = None
+        self._steady: tuple[list, list, dict, bool] | None = None
 
     def _sink_busy(self) -> bool:
         """Whether the sink still has events to hand over or delivery reports to serve (a sink

@@ -209,7 +209,7 @@ def make_processor(
             rows: Iterator[pd.DataFrame],
             timerValues: Any,  # noqa: N803
         ) -> Iterator[pd.DataFrame]:
-            blob = joined_state(self.state.get()) if self.state.exists() else None
+            blob = joined_state(self.state.get())  # an empty list yields no row
             bucket = Bucket.load(blob, cfg, clock)
             em = bucket.process(_records(rows), latest_only)
             if bucket.empty():

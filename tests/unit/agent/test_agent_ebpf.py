@@ -311,11 +311,11 @@ def test_runs_the_kernel_skipped_are_read_from_the_programs_fdinfo(tmp_path) -> 
     (fdinfo / "3").write_text("pos:\t0\nflags:\t02\n")  # not a program
     (fdinfo / "4").write_text("prog_type:\t5\nrun_cnt:\t10\nrecursion_misses:\t2\n")
     (fdinfo / "5").write_text("prog_type:\t7\nrecursion_misses:\t1\n")
-    assert ebpf.recursion_misses(77, str(tmp_path)) == 3
+    assert ebpf.prog_stats(77, str(tmp_path))["recursion_misses"] == 3
     assert ebpf.prog_stats(77, str(tmp_path)) == {
         "run_time_ns": 0, "run_cnt": 10, "recursion_misses": 3
     }  # fmt: skip
-    assert ebpf.recursion_misses(78, str(tmp_path)) is None
+    assert ebpf.prog_stats(78, str(tmp_path)) is None
 
 
 def test_an_orphan_first_seen_closing_is_left_to_the_kernel() -> None:
