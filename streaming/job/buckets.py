@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from streaming.detectors.config import DetectorConfig
+from streaming.job import worker
 from streaming.job.open_windows import SERIES, OpenWindows
 from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
@@ -201,6 +202,7 @@ def make_processor(
 
     class BucketProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
+            worker.prepare()
             self.state = handle.getListState("bucket", STATE_SCHEMA)
 
         def handleInputRows(  # noqa: N802 - Spark's API

@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from streaming.job import worker
 from streaming.schema import events, validate
 from streaming.schema.events import MAX_EVENT_BYTES, MAX_STRING_CHARS
 
@@ -171,6 +172,7 @@ def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
     import pandas as pd
 
     def run(raw: pd.Series, now: pd.Series) -> pd.Series:
+        worker.prepare()
         out = np.full(len(raw), None, dtype=object)
         for i in np.flatnonzero(raw.notna().to_numpy()):
             v = validate.validate(raw.iat[i], float(now.iat[i]), max_age_s, max_future_s)

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from streaming.job import worker
+
 log = logging.getLogger(__name__)
 
 # librdkafka error names that concern one record, not the cluster.
@@ -127,6 +129,7 @@ def executor_sink(bootstrap: str, conf: Mapping[str, str], counts: Any) -> Itera
     """The process's producer for one ``foreachPartition`` call: the records it refused during
     the call are added to the ``CounterParam`` accumulator ``counts``. A producer that failed
     to deliver is closed and replaced at the next call."""
+    worker.prepare()
     sink = _shared_sink(bootstrap, conf)
     before = _counts(sink)
     try:
