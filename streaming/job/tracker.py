@@ -93,7 +93,7 @@ class Tracker:
         """The state ``to_state`` saved."""
         names = state["history_fields"]
         self.history = {
-            s: [Aggregate(**dict(zip(names, row, strict=True))) for row in rows]
+            s: [Aggregate.from_fields(names, row) for row in rows]
             for s, rows in state["history"].items()
         }
         self.held = state["held"]

@@ -7,6 +7,8 @@ serves them. Fields beyond docs/topics.md are additions (never renames) and list
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -134,14 +136,28 @@ class Aggregate:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON value for ``connmon.aggregates``."""
-        body = {name: getattr(self, name) for name in _FIELDS}
+        body = {"schema": SCHEMA_VERSION, "series": self.series}
+        body.update(zip(_FIELDS, _get_fields(self), strict=True))
         body["sockets"] = dict(self.sockets)
-        return {"schema": SCHEMA_VERSION, "series": self.series, **body}
+        return body
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Aggregate:
         """Inverse of ``to_dict``; unknown keys (newer producers) are ignored."""
         return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})
+
+    @classmethod
+    def from_fields(cls, names: tuple[str, ...] | list[str], values: Iterable[Any]) -> Aggregate:
+        """``names`` set to ``values``, every other field at its default: what
+        ``Aggregate(**dict(zip(names, values)))`` makes, without the generated ``__init__`` and
+        its 50 keyword arguments (the job restores every series' history this way each batch).
+        ``names`` must be fields of ``Aggregate`` and include the required ones."""
+        a = cls.__new__(cls)
+        d = a.__dict__
+        d.update(_DEFAULTS)
+        d["sockets"] = {}
+        d.update(zip(names, values, strict=True))
+        return a
 
     @cached_property
     def identity(self) -> tuple[Any, ...]:
@@ -154,3 +170,9 @@ class Aggregate:
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Aggregate))
 _FIELD_SET = frozenset(_FIELDS)
+_get_fields = operator.attrgetter(*_FIELDS)
+_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(Aggregate)
+    if f.default is not dataclasses.MISSING  # required fields, and sockets (a factory)
+}
