@@ -73,6 +73,19 @@ class BatchContext:
     tolerance_s: float = 0.0  # an event newer than now by more than this: clock ahead
 
 
+# The columns of a batch's partial rows (``Ingest.rows``), in the order ``count_rows`` reads them.
+PARTIAL_COLUMNS = (
+    "bucket",
+    "key",
+    "value",
+    "reason",
+    "events",
+    "host",
+    "window_start_s",
+    "last_event_s",
+)
+
+
 class Record(NamedTuple):
     key: str
     value: str
@@ -97,35 +110,35 @@ def tick_due(ticked: float | None, newest: float | None, every_s: float) -> bool
 
 
 def count_rows(rows: Iterable[Any], counts: BatchCounts, ctx: BatchContext) -> Iterator[Record]:
-    """The valid rows that are not late, as records for the partials topic (the value gets the
-    batch id and the event time bounded by the job's clock, ``progress_s``); every row's events
-    counted by reason, and per host the hosts with late rows or a clock ahead of the job's
-    (``counts.hosts``)."""
+    """``rows`` (tuples in ``PARTIAL_COLUMNS`` order) -> the valid rows that are not late, as
+    records for the partials topic (the value gets the batch id and the event time bounded by
+    the job's clock, ``progress_s``); every row's events counted by reason, and per host the
+    hosts with late rows or a clock ahead of the job's (``counts.hosts``)."""
     hosts: dict[str, clocks.HostBatch] = {}
     report: set[str] = set()
     wm, now = ctx.watermark_s, ctx.now
     ahead_after = None if now is None else now + ctx.tolerance_s
-    for r in rows:
-        counts.events[r.reason or ""] += r.events
-        if r.reason is not None:
+    # By position (``PARTIAL_COLUMNS``): a Spark Row's attribute lookup is a list search.
+    for bucket, key, value, reason, events, host, window_start_s, last in rows:
+        counts.events[reason or ""] += events
+        if reason is not None:
             continue
-        last = r.last_event_s
-        late = wm is not None and r.window_start_s + ctx.window_s <= wm
-        h = hosts.get(r.host)
+        late = wm is not None and window_start_s + ctx.window_s <= wm
+        h = hosts.get(host)
         if h is None:
-            h = hosts[r.host] = clocks.HostBatch()
-        h.add(r.events, late, last)
+            h = hosts[host] = clocks.HostBatch()
+        h.add(events, late, last)
         if late or (ahead_after is not None and last > ahead_after):
-            report.add(r.host)
+            report.add(host)
         if late:
-            counts.late += r.events
+            counts.late += events
             continue
-        counts.buckets.add(r.bucket)
+        counts.buckets.add(bucket)
         progress = clocks.bounded(last, now)
         if counts.max_event_s is None or progress > counts.max_event_s:
             counts.max_event_s = progress
         tail = f',"batch":{ctx.batch},"progress_s":{progress!r}}}'
-        yield Record(r.key, r.value[:-1] + tail)
+        yield Record(key, value[:-1] + tail)
     for host in report:
         counts.hosts[host] = hosts[host]
 
@@ -189,15 +202,12 @@ class Ingest:
         fields = [F.col(c) for c in parts.columns if c != "reason"]
         value = F.to_json(F.struct(*fields))
         key = F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string"))
+        computed = {
+            "key": F.when(F.col("reason").isNull(), key),
+            "value": F.when(F.col("reason").isNull(), value),
+        }
         return parts.withColumn("bucket", bucket_column(self.buckets)).select(
-            "bucket",
-            F.when(F.col("reason").isNull(), key).alias("key"),
-            F.when(F.col("reason").isNull(), value).alias("value"),
-            "reason",
-            "events",
-            "host",
-            "window_start_s",
-            "last_event_s",
+            *[computed[c].alias(c) if c in computed else F.col(c) for c in PARTIAL_COLUMNS]
         )
 
     def context(self, batch_id: int, now: float | None) -> BatchContext:

@@ -143,16 +143,17 @@ def executor_sink(bootstrap: str, conf: Mapping[str, str], counts: Any) -> Itera
         counts.add({k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)})
 
 
-def _encoded(r: Any) -> tuple[bytes | None, bytes]:
-    return (None if r.key is None else r.key.encode(), r.value.encode())
+def _encoded(key: str | None, value: str) -> tuple[bytes | None, bytes]:
+    return (None if key is None else key.encode(), value.encode())
 
 
 def produce_partition(
     topic: str, bootstrap: str, conf: Mapping[str, str], counts: Any, rows: Iterable[Any]
 ) -> None:
-    """``foreachPartition`` body: write ``key``/``value`` rows from an executor."""
+    """``foreachPartition`` body: write ``(key, value)`` rows from an executor (read by
+    position: a Spark Row's attribute lookup is a list search)."""
     with executor_sink(bootstrap, conf, counts) as sink:
-        sink.produce(topic, (_encoded(r) for r in rows))
+        sink.produce(topic, (_encoded(k, v) for k, v in rows))
 
 
 def produce_kinds(
@@ -162,14 +163,15 @@ def produce_kinds(
     counts: Any,
     rows: Iterable[Any],
 ) -> list[Any]:
-    """``foreachPartition`` body for rows of ``kind``/``key``/``value``: each kind in
+    """``foreachPartition`` body for ``(kind, key, value)`` rows: each kind in
     ``topics`` written to its topic, in that order (aggregates before the findings about them);
     the rows of other kinds are returned."""
     by_kind: dict[str, list[tuple[bytes | None, bytes]]] = {k: [] for k in topics}
     other = []
     for r in rows:
-        if r.kind in by_kind:
-            by_kind[r.kind].append(_encoded(r))
+        kind, key, value = r
+        if kind in by_kind:
+            by_kind[kind].append(_encoded(key, value))
         else:
             other.append(r)
     with executor_sink(bootstrap, conf, counts) as sink:
