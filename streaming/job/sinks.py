@@ -180,7 +180,7 @@ class Publisher:
         with executor_sink(self.bootstrap, self.conf, self.counts) as sink:
             for kind, topic in self.topics.items():
                 if records.get(kind):
-                    sink.publish(topic, records[kind])
+                    sink.produce(topic, [(k.encode(), encode(v)) for k, v in records[kind]])
 
 
 class KafkaSink:

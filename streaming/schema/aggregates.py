@@ -155,8 +155,7 @@ class Aggregate:
         a = cls.__new__(cls)
         d = a.__dict__
         d.update(_DEFAULTS)
-        for name, make in _FACTORIES:
-            d[name] = make()
+        d["sockets"] = {}
         d.update(zip(names, values, strict=True))
         return a
 
@@ -173,10 +172,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Aggregate))
 _FIELD_SET = frozenset(_FIELDS)
 _get_fields = operator.attrgetter(*_FIELDS)
 _DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(Aggregate) if f.default is not dataclasses.MISSING
-}
-_FACTORIES = tuple(
-    (f.name, f.default_factory)
+    f.name: f.default
     for f in dataclasses.fields(Aggregate)
-    if f.default_factory is not dataclasses.MISSING
-)
+    if f.default is not dataclasses.MISSING  # required fields, and sockets (a factory)
+}
