@@ -33,7 +33,7 @@ from streaming.detectors.config import DetectorConfig
 from streaming.job import worker
 from streaming.job.open_windows import SERIES, OpenWindows
 from streaming.job.records import to_aggregates
-from streaming.job.sinks import Publisher, dumps
+from streaming.job.sinks import dumps
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.times import iso
@@ -194,15 +194,10 @@ def _records(frames: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
 
 
 def make_processor(
-    cfg: DetectorConfig,
-    clock: Callable[[Aggregate], str],
-    latest_only: bool = True,
-    publisher: Publisher | None = None,
+    cfg: DetectorConfig, clock: Callable[[Aggregate], str], latest_only: bool = True
 ) -> Any:
     """The ``transformWithStateInPandas`` processor over buckets (built here so importing this
-    module needs no Spark). With a ``publisher``, each bucket's aggregates and findings are
-    written from the processor, once its state is saved, and only its stats row is emitted:
-    the records do not travel to Spark and back to Python to be written."""
+    module needs no Spark)."""
     from pyspark.sql.streaming import StatefulProcessor
 
     class BucketProcessor(StatefulProcessor):
@@ -223,9 +218,6 @@ def make_processor(
                 self.state.clear()
             else:
                 self.state.put(state_pieces(bucket.dump()))
-            if publisher is not None:
-                publisher.publish({"aggregates": em.aggregates, "findings": em.findings})
-                em = Emitted(late=em.late, duplicates=em.duplicates)
             yield output_frame(em)
 
         def close(self) -> None:

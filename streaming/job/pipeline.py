@@ -55,9 +55,8 @@ from streaming.job.sinks import (
     CounterParam,
     KafkaSink,
     ProduceErrors,
-    Publisher,
     dumps,
-    new_counts,
+    produce_kinds,
     produce_partition,
 )
 from streaming.job.status import StatusListener
@@ -136,18 +135,12 @@ def _by_bucket(df: DataFrame, run_id: str) -> DataFrame:
 
 
 def state_stream(
-    partials: DataFrame,
-    cfg: DetectorConfig,
-    clock: Any,
-    latest_only: bool,
-    publisher: Publisher | None = None,
+    partials: DataFrame, cfg: DetectorConfig, clock: Any, latest_only: bool
 ) -> DataFrame:
     """Partial rows and end markers -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
-    store; with a ``publisher``, aggregates and findings are written by the buckets and only
-    the stats rows come out."""
-    processor = buckets.make_processor(cfg, clock, latest_only, publisher)
+    store."""
     return partials.groupBy("bucket").transformWithStateInPandas(
-        processor, buckets.OUTPUT_SCHEMA, "Update", "None"
+        buckets.make_processor(cfg, clock, latest_only), buckets.OUTPUT_SCHEMA, "Update", "None"
     )
 
 
@@ -168,13 +161,20 @@ def produce_partials(
     counts.add(counts_dict(c))
 
 
-def count_stats(stats: Any, rows: Any) -> None:
-    """``foreachPartition`` body of the state query: the buckets' stats rows summed into the
-    ``stats`` accumulator (the buckets wrote their aggregates and findings themselves)."""
+def produce_state(
+    topics: dict[str, str], bootstrap: str, conf: dict[str, str], errors: Any, stats: Any, rows: Any
+) -> None:
+    """``foreachPartition`` body of the state query: aggregates and findings to their topics,
+    the buckets' stats rows counted."""
+    other = produce_kinds(topics, bootstrap, conf, errors, rows)
+    _count_stats(other, stats)
+
+
+def _count_stats(rows: list[Any], stats: Any) -> None:
     total: dict[str, int] = {}
-    for kind, _key, value in rows:
-        if kind == "stats":
-            for k, n in json.loads(value).items():
+    for r in rows:
+        if r.kind == "stats":
+            for k, n in json.loads(r.value).items():
                 total[k] = total.get(k, 0) + n
     stats.add(total)
 
@@ -286,23 +286,14 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:
         end_sink.publish(s.partials_topic, records)
 
-    # Refused records of the buckets' writes, since the job started (an accumulator the
-    # processor holds for the query's life): each batch adds what is new.
-    publish_errs = sc.accumulator({}, CounterParam())
-    publisher = Publisher(
-        {"aggregates": s.aggregates_topic, "findings": s.findings_topic},
-        s.bootstrap_servers,
-        producer,
-        publish_errs,
-    )
-    published_errs: dict[tuple[str, str], int] = {}
-
     def write_outputs(df: DataFrame, batch_id: int) -> None:
+        errs = sc.accumulator({}, CounterParam())
         stats = sc.accumulator({}, CounterParam())
-        df.foreachPartition(functools.partial(count_stats, stats))
-        now_errs = dict(publish_errs.value)
-        _add_errors(errors, new_counts(now_errs, published_errs))
-        published_errs.update(now_errs)
+        topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
+        df.foreachPartition(
+            functools.partial(produce_state, topics, s.bootstrap_servers, producer, errs, stats)
+        )
+        _add_errors(errors, errs.value)
         totals.late += stats.value.get("late", 0)
         if stats.value.get("duplicates"):  # an ingest batch written again after a crash
             log.info(
@@ -344,13 +335,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
     state_writer = (
-        state_stream(
-            partials_source(spark, s, meta.run_id),
-            s.detectors,
-            buckets.wall_clock,
-            True,
-            publisher,
-        )
+        state_stream(partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, True)
         .writeStream.queryName(STATE_QUERY)
         .outputMode("update")
         .foreachBatch(write_outputs)

@@ -14,7 +14,6 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -121,13 +120,6 @@ def _drop_shared(sink: KafkaSink) -> None:
             del _SHARED[key]
 
 
-def new_counts(
-    now: Mapping[tuple[str, str], int], before: Mapping[tuple[str, str], int]
-) -> dict[tuple[str, str], int]:
-    """What a running count (``{(topic, error): n}``) gained since ``before``."""
-    return {k: n - before.get(k, 0) for k, n in now.items() if n > before.get(k, 0)}
-
-
 def _counts(sink: KafkaSink) -> dict[tuple[str, str], int]:
     return {(t["topic"], t["error"]): t["total"] for t in sink.errors.totals()}
 
@@ -147,7 +139,8 @@ def executor_sink(bootstrap: str, conf: Mapping[str, str], counts: Any) -> Itera
         sink.close()
         raise
     finally:
-        counts.add(new_counts(_counts(sink), before))
+        after = _counts(sink)
+        counts.add({k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)})
 
 
 def _encoded(key: str | None, value: str) -> tuple[bytes | None, bytes]:
@@ -163,24 +156,29 @@ def produce_partition(
         sink.produce(topic, (_encoded(k, v) for k, v in rows))
 
 
-@dataclass(frozen=True)
-class Publisher:
-    """Where an executor writes ``(key, value)`` records by kind: ``topics`` maps a kind to
-    its topic; records a broker refuses are added to the ``CounterParam`` accumulator
-    ``counts`` (picklable: built on the driver, used on the executors)."""
-
-    topics: Mapping[str, str]
-    bootstrap: str
-    conf: Mapping[str, str]
-    counts: Any
-
-    def publish(self, records: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]]) -> None:
-        """Each kind's records to its topic, in ``topics`` order; returns once every record
-        is acknowledged (or refused and counted)."""
-        with executor_sink(self.bootstrap, self.conf, self.counts) as sink:
-            for kind, topic in self.topics.items():
-                if records.get(kind):
-                    sink.produce(topic, [(k.encode(), encode(v)) for k, v in records[kind]])
+def produce_kinds(
+    topics: Mapping[str, str],
+    bootstrap: str,
+    conf: Mapping[str, str],
+    counts: Any,
+    rows: Iterable[Any],
+) -> list[Any]:
+    """``foreachPartition`` body for ``(kind, key, value)`` rows: each kind in
+    ``topics`` written to its topic, in that order (aggregates before the findings about them);
+    the rows of other kinds are returned."""
+    by_kind: dict[str, list[tuple[bytes | None, bytes]]] = {k: [] for k in topics}
+    other = []
+    for r in rows:
+        kind, key, value = r
+        if kind in by_kind:
+            by_kind[kind].append(_encoded(key, value))
+        else:
+            other.append(r)
+    with executor_sink(bootstrap, conf, counts) as sink:
+        for kind, topic in topics.items():
+            if by_kind[kind]:
+                sink.produce(topic, by_kind[kind])
+    return other
 
 
 class KafkaSink:
