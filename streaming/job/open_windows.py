@@ -103,6 +103,30 @@ _STATE_COLS = tuple(
 
 
 _COPIED = ("window_start_s", *SERIES, *MAX_FIELDS, *MIN_FIELDS)
+# An open window is a list holding these fields by position: restoring a bucket is then a
+# JSON parse, and saving one a JSON dump, with no per-window dict to build or take apart (a
+# bucket holds thousands of windows and is restored and saved every batch). ``_batch`` and
+# ``_parts`` say which partial rows it merged (``_seen``); ``_<field>_t`` the time of a value
+# taken at the newest or oldest event (``HB_BY_TIME``).
+WINDOW_FIELDS = (
+    *_COPIED,
+    *SUM_FIELDS,
+    *(c for _state, _names, cols in _STATE_COLS for c in cols),
+    *(f for f, _t, _newest in HB_BY_TIME),
+    *(f"_{f}_t" for f, _t, _newest in HB_BY_TIME),
+    "_batch",
+    "_parts",
+)
+_AT = {f: i for i, f in enumerate(WINDOW_FIELDS)}
+_START, _BATCH, _PARTS = _AT["window_start_s"], _AT["_batch"], _AT["_parts"]
+_MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
+_MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
+_SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
+_COPIED_AT = tuple((_AT[f], f) for f in _COPIED)
+# (flat columns, their positions) per state: a state's latest summary is taken as a whole.
+_STATE_AT = tuple((cols, tuple(_AT[c] for c in cols)) for _state, _names, cols in _STATE_COLS)
+# (value position, its time's position, the partial row's fields, newest?)
+_HB_AT = tuple((_AT[f], _AT[f"_{f}_t"], f, t, newest) for f, t, newest in HB_BY_TIME)
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -118,80 +142,94 @@ def _rank(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is not None, v if v is not None else 0) for v in values)
 
 
-def merge(into: dict[str, Any], part: Mapping[str, Any]) -> None:
-    """Merge partial ``part`` into ``into`` (same window and series), in place."""
-    for f in MAX_FIELDS:
-        into[f] = _max(into.get(f), part.get(f))
-    for f in MIN_FIELDS:
-        into[f] = _min(into.get(f), part.get(f))
-    for f in SUM_FIELDS:
-        into[f] = (into.get(f) or 0) + (part.get(f) or 0)
-    for _state, _names, cols in _STATE_COLS:
-        if part.get(cols[0]) is None:
+def empty_window() -> list[Any]:
+    """A window no partial row was merged into."""
+    return [None] * len(WINDOW_FIELDS)
+
+
+def merge(into: list[Any], part: Mapping[str, Any]) -> None:
+    """Merge partial ``part`` into the window ``into`` (same window and series), in place."""
+    get = part.get
+    for i, f in _MAX_AT:
+        into[i] = _max(into[i], get(f))
+    for i, f in _MIN_AT:
+        into[i] = _min(into[i], get(f))
+    for i, f in _SUM_AT:
+        into[i] = (into[i] or 0) + (get(f) or 0)
+    for cols, at in _STATE_AT:
+        if get(cols[0]) is None:
             continue
-        mine = tuple(into.get(c) for c in cols)
-        theirs = tuple(part.get(c) for c in cols)
+        mine = tuple(into[i] for i in at)
+        theirs = tuple(get(c) for c in cols)
         if mine[0] is None or (theirs[0], _rank(theirs)) > (mine[0], _rank(mine)):
-            into.update(zip(cols, theirs, strict=True))
-    for f, t, newest in HB_BY_TIME:
-        mine_t, theirs_t = into.get(f"_{f}_t"), part.get(t)
+            for i, v in zip(at, theirs, strict=True):
+                into[i] = v
+    for i, it, f, t, newest in _HB_AT:
+        mine_t, theirs_t = into[it], get(t)
         if theirs_t is None:
             continue
         better = (
             mine_t is None
             or (theirs_t > mine_t if newest else theirs_t < mine_t)
-            or (theirs_t == mine_t and _rank((part.get(f),)) > _rank((into.get(f),)))
+            or (theirs_t == mine_t and _rank((get(f),)) > _rank((into[i],)))
         )
         if better:
-            into[f], into[f"_{f}_t"] = part.get(f), theirs_t
+            into[i], into[it] = get(f), theirs_t
 
 
-def new_window(part: Mapping[str, Any]) -> dict[str, Any]:
+def new_window(part: Mapping[str, Any]) -> list[Any]:
     """An open window started from its first partial row: ``merge`` into an empty window,
     spelled out (most partial rows of a batch open a window)."""
-    w: dict[str, Any] = {k: part.get(k) for k in _COPIED}
-    for f in SUM_FIELDS:
-        w[f] = part.get(f) or 0
-    for _state, _names, cols in _STATE_COLS:
-        if part.get(cols[0]) is not None:
-            for c in cols:
-                w[c] = part.get(c)
-    for f, t, _newest in HB_BY_TIME:
-        if part.get(t) is not None:
-            w[f], w[f"_{f}_t"] = part.get(f), part[t]
+    get = part.get
+    w = empty_window()
+    for i, f in _COPIED_AT:
+        w[i] = get(f)
+    for i, f in _SUM_AT:
+        w[i] = get(f) or 0
+    for cols, at in _STATE_AT:
+        if get(cols[0]) is not None:
+            for i, c in zip(at, cols, strict=True):
+                w[i] = get(c)
+    for i, it, f, t, _newest in _HB_AT:
+        if get(t) is not None:
+            w[i], w[it] = get(f), part[t]
     return w
 
 
-def _slope(w: Mapping[str, Any]) -> float | None:
+def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None:
     """``covar_pop(t, count) / var_pop(t)`` over the window's CLOSE_WAIT summaries."""
-    n = w.get("cw_n") or 0
     if n < 2:
         return None
-    mt, mc = w["cw_st"] / n, w["cw_sn"] / n
-    var = w["cw_stt"] / n - mt * mt
+    mt, mc = st / n, sn / n
+    var = stt / n - mt * mt
     if var <= 1e-9:  # all at one instant (t is relative to the window start, so no cancellation)
         return None
-    return (w["cw_stn"] / n - mt * mc) / var
+    return (stn / n - mt * mc) / var
 
 
 _FINISHED = (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
-_STATE_ROW = tuple((state_col(st), names, cols) for st, names, cols in _STATE_COLS)
+_FINISHED_AT = tuple((f, _AT[f]) for f in _FINISHED)
+_STATE_ROW = tuple(
+    (state_col(st), names, tuple(_AT[c] for c in cols)) for st, names, cols in _STATE_COLS
+)
+_CW_AT = tuple(_AT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
+_LIFETIME_SUM, _LIFETIME_N = _AT["lifetime_sum_s"], _AT["lifetime_n"]
 
 
-def finish(w: Mapping[str, Any], window_s: float) -> dict[str, Any]:
+def finish(w: list[Any], window_s: float) -> dict[str, Any]:
     """An open window as the row ``records.to_aggregate`` reads."""
-    get = w.get
-    row: dict[str, Any] = {k: get(k) for k in _FINISHED}
-    row["window_start_s"] = w["window_start_s"]
-    row["window_end_s"] = w["window_start_s"] + window_s
-    for col, names, cols in _STATE_ROW:
-        if get(cols[0]) is None:
+    row: dict[str, Any] = {f: w[i] for f, i in _FINISHED_AT}
+    row["window_start_s"] = w[_START]
+    row["window_end_s"] = w[_START] + window_s
+    for col, names, at in _STATE_ROW:
+        if w[at[0]] is None:
             row[col] = None
         else:
-            row[col] = {n: get(c) for n, c in zip(names, cols, strict=True)}
-    row["close_wait_slope_per_s"] = _slope(w)
-    n = w.get("lifetime_n") or 0
-    row["lifetime_avg_s"] = w["lifetime_sum_s"] / n if n else None
+            row[col] = {n: w[i] for n, i in zip(names, at, strict=True)}
+    n, st, sn, stt, stn = (w[i] for i in _CW_AT)
+    row["close_wait_slope_per_s"] = _slope(n or 0, st, sn, stt, stn)
+    n = w[_LIFETIME_N] or 0
+    row["lifetime_avg_s"] = w[_LIFETIME_SUM] / n if n else None
     return row
 
 
@@ -235,7 +273,7 @@ class OpenWindows:
 
     window_s: float
     watermark_s: float
-    open: dict[str, dict[str, Any]] = field(default_factory=dict)
+    open: dict[str, list[Any]] = field(default_factory=dict)  # key -> ``WINDOW_FIELDS`` values
     max_event_s: float | None = None
 
     def watermark(self) -> float | None:
@@ -268,7 +306,7 @@ class OpenWindows:
                 merge(w, part)
             _remember(w, part)
             touched[key] = None
-        order = sorted(touched, key=lambda k: (self.open[k]["window_start_s"], k))
+        order = sorted(touched, key=lambda k: (self.open[k][_START], k))
         rows = [finish(self.open[k], self.window_s) for k in order]
         self.max_event_s = newest
         self.evict()
@@ -278,20 +316,18 @@ class OpenWindows:
         """Forget the windows the watermark closed."""
         wm = self.watermark()
         if wm is not None:
-            for k in [k for k, w in self.open.items() if w["window_start_s"] + self.window_s <= wm]:
+            for k in [k for k, w in self.open.items() if w[_START] + self.window_s <= wm]:
                 del self.open[k]
 
     def to_state(self) -> dict[str, Any]:
-        """Every open window, as rows under one field list (a dict per window would repeat its
-        ~60 keys), with its key (recomputing keys would cost more than storing them)."""
-        ws = list(self.open.values())
-        fields = sorted(set().union(*ws))
+        """Every open window, as rows under one field list, with its key (recomputing keys
+        would cost more than storing them)."""
         return {
             "window_s": self.window_s,
             "max_event_s": self.max_event_s,
             "open_keys": list(self.open),
-            "open_fields": fields,
-            "open_rows": [[w.get(f) for f in fields] for w in ws],
+            "open_fields": WINDOW_FIELDS,
+            "open_rows": list(self.open.values()),
         }
 
     def check_compatible(self, state: Mapping[str, Any]) -> None:
@@ -305,25 +341,25 @@ class OpenWindows:
     def load_state(self, state: Mapping[str, Any]) -> None:
         """The state ``to_state`` saved."""
         self.check_compatible(state)
-        fields = state["open_fields"]
-        self.open = {
-            k: dict(zip(fields, row, strict=True))
-            for k, row in zip(state["open_keys"], state["open_rows"], strict=True)
-        }
+        fields, rows = tuple(state["open_fields"]), state["open_rows"]
+        if fields != WINDOW_FIELDS:  # saved by a version with other fields: by name
+            at = {f: i for i, f in enumerate(fields)}
+            rows = [[row[at[f]] if f in at else None for f in WINDOW_FIELDS] for row in rows]
+        self.open = dict(zip(state["open_keys"], rows, strict=True))
         self.max_event_s = state["max_event_s"]
 
 
-def _seen(w: Mapping[str, Any], part: Mapping[str, Any]) -> bool:
-    batch = part.get("batch")
-    if batch is None or w.get("_batch") is None:
+def _seen(w: list[Any], part: Mapping[str, Any]) -> bool:
+    batch, merged = part.get("batch"), w[_BATCH]
+    if batch is None or merged is None:
         return False
-    return batch < w["_batch"] or (batch == w["_batch"] and part_key(part) in w["_parts"])
+    return batch < merged or (batch == merged and part_key(part) in w[_PARTS])
 
 
-def _remember(w: dict[str, Any], part: Mapping[str, Any]) -> None:
+def _remember(w: list[Any], part: Mapping[str, Any]) -> None:
     batch = part.get("batch")
     if batch is None:
         return
-    if w.get("_batch") != batch:
-        w["_batch"], w["_parts"] = batch, []
-    w["_parts"].append(part_key(part))
+    if w[_BATCH] != batch:
+        w[_BATCH], w[_PARTS] = batch, []
+    w[_PARTS].append(part_key(part))

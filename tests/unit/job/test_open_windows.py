@@ -8,7 +8,15 @@ import json
 
 import pytest
 
-from streaming.job.open_windows import SERIES, OpenWindows, flat_col, merge, new_window
+from streaming.job.open_windows import (
+    SERIES,
+    WINDOW_FIELDS,
+    OpenWindows,
+    empty_window,
+    flat_col,
+    merge,
+    new_window,
+)
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
 
@@ -88,7 +96,8 @@ def test_windows_closed_by_the_new_watermark_are_evicted():
     ws.apply([part(T0), part(T0 + 60)])
     assert len(ws.open) == 2
     ws.apply([part(T0 + 240, last_event_s=T0 + 250)])  # watermark T0 + 130
-    assert sorted(w["window_start_s"] for w in ws.open.values()) == [T0 + 240]
+    start = WINDOW_FIELDS.index("window_start_s")
+    assert sorted(w[start] for w in ws.open.values()) == [T0 + 240]
 
 
 def test_state_round_trips_through_json():
@@ -166,11 +175,13 @@ def test_a_new_window_is_the_generic_merge_into_an_empty_window():
                 hb_t_first=T0 + 5, hb_fails_first=10, hb_t_last=T0 + 7, hb_fails_last=12,
                 **cw(T0 + 30, 3, 100.0))  # fmt: skip
     for p in (full, part(), part(events=None)):
-        empty = {k: p.get(k) for k in ("window_start_s", *SERIES)}
+        empty = empty_window()
+        for k in ("window_start_s", *SERIES):
+            empty[WINDOW_FIELDS.index(k)] = p.get(k)
         merge(empty, p)
         made = new_window(p)
         assert made == empty
-        assert [type(made[k]) for k in made] == [type(empty[k]) for k in made]  # 0 vs 0.0
+        assert [type(v) for v in made] == [type(v) for v in empty]  # 0 vs 0.0
 
 
 def test_a_window_is_named_by_the_library_its_identified_events_carry():
@@ -190,3 +201,20 @@ def test_a_window_is_named_by_the_library_its_identified_events_carry():
     restored.load_state(json.loads(json.dumps(ow.to_state())))
     again = restored.apply([part(events=1, last_event_s=T0 + 2)]).rows
     assert to_aggregate(again[0], 60.0).client_library == "sarama"
+
+
+def test_windows_saved_under_another_field_list_are_restored_by_name():
+    ws = OpenWindows(60.0, 120.0)
+    for b in _batches()[:6]:
+        ws.apply(b)
+    state = ws.to_state()
+    # Another version's list: other order, a field it did not have, one this version lacks.
+    fields = sorted(f for f in WINDOW_FIELDS if f != "hb_t_first") + ["gone"]
+    at = {f: i for i, f in enumerate(WINDOW_FIELDS)}
+    rows = [[None if f == "gone" else row[at[f]] for f in fields] for row in state["open_rows"]]
+    old = json.loads(json.dumps(state | {"open_fields": fields, "open_rows": rows}))
+    restored = OpenWindows(60.0, 120.0)
+    restored.load_state(old)
+    lost = WINDOW_FIELDS.index("hb_t_first")
+    expected = {k: [None if i == lost else v for i, v in enumerate(w)] for k, w in ws.open.items()}
+    assert restored.open == expected and len(expected) > 5
