@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from streaming.detectors import DETECTORS, detect_all, hysteresis_windows, resolve_windows
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
-from streaming.schema.findings import Finding, finding_key
+from streaming.schema.findings import Finding, finding_key, finding_key_tail
 from streaming.schema.times import epoch, iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
@@ -180,8 +181,9 @@ class Tracker:
         self._record_held(agg, found)
         recent = self._recent_held(agg)
         fire_n = self.cfg.fire_after_windows
+        tail = finding_key_tail(agg.client, agg.cluster, agg.broker)
         for kind in DETECTORS:
-            key = self._key(agg, kind)
+            key = kind + tail
             last = self.findings.get(key)
             if kind in found:
                 f = found[kind]
@@ -300,8 +302,11 @@ class Tracker:
             self.held.pop(series, None)
 
 
-def _rows(ws: list[Aggregate]) -> list[list[Any]]:
-    return [[getattr(a, f) for f in HISTORY_FIELDS] for a in ws]
+_history_values = operator.attrgetter(*HISTORY_FIELDS)
+
+
+def _rows(ws: list[Aggregate]) -> list[tuple[Any, ...]]:
+    return [_history_values(a) for a in ws]
 
 
 def _changed(last: Finding, new: Finding) -> bool:

@@ -151,11 +151,13 @@ class Aggregate:
         """``names`` set to ``values``, every other field at its default: what
         ``Aggregate(**dict(zip(names, values)))`` makes, without the generated ``__init__`` and
         its 50 keyword arguments (the job restores every series' history this way each batch).
-        ``names`` must be fields of ``Aggregate`` and include the required ones."""
+        ``names`` must be fields of ``Aggregate`` and include the required ones. A field not
+        given reads as its default from the class, as a dataclass keeps plain defaults there;
+        only default factories are called."""
         a = cls.__new__(cls)
         d = a.__dict__
-        d.update(_DEFAULTS)
-        d["sockets"] = {}
+        for name, factory in _FACTORIES:
+            d[name] = factory()
         d.update(zip(names, values, strict=True))
         return a
 
@@ -171,8 +173,8 @@ class Aggregate:
 _FIELDS = tuple(f.name for f in dataclasses.fields(Aggregate))
 _FIELD_SET = frozenset(_FIELDS)
 _get_fields = operator.attrgetter(*_FIELDS)
-_DEFAULTS = {
-    f.name: f.default
+_FACTORIES = tuple(
+    (f.name, f.default_factory)
     for f in dataclasses.fields(Aggregate)
-    if f.default is not dataclasses.MISSING  # required fields, and sockets (a factory)
-}
+    if f.default_factory is not dataclasses.MISSING
+)

@@ -27,7 +27,12 @@ STATUSES = ("firing", "resolved")
 
 def finding_key(kind: str, client: str, cluster: str | None, broker: str) -> str:
     """``kind|client|cluster|broker``; ``client`` is already a ``client_id`` (escaped)."""
-    return f"{kind}|{client}|{key_part(cluster or '')}|{key_part(broker)}"
+    return kind + finding_key_tail(client, cluster, broker)
+
+
+def finding_key_tail(client: str, cluster: str | None, broker: str) -> str:
+    """What follows the kind in a series' finding keys (one per kind, made once per window)."""
+    return f"|{client}|{key_part(cluster or '')}|{key_part(broker)}"
 
 
 @dataclass

@@ -32,6 +32,9 @@ def test_from_fields_is_the_constructor_with_those_fields():
     assert fast == slow
     assert fast.series == slow.series and fast.client == slow.client
     assert fast.time_wait_count == 0 and fast.lifetime_avg_s is None  # not given: defaults
+    assert fast.to_dict() == slow.to_dict() and dataclasses.replace(fast) == slow
+    fast.opens += 1  # set on this aggregate alone
+    assert Aggregate.from_fields(HISTORY_FIELDS, row).opens == slow.opens
 
 
 def test_from_fields_gives_every_aggregate_its_own_sockets():
