@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,9 +35,10 @@ from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
-from streaming.schema.times import iso
+from streaming.schema.times import iso, iso_now
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
     from pyspark.sql import Column
 
@@ -76,7 +76,7 @@ def bucket_column(buckets: int) -> Column:
 
 def wall_clock(_agg: Aggregate) -> str:
     """``updated_at`` of the live job: now."""
-    return iso(time.time())
+    return iso_now()
 
 
 def window_end_clock(agg: Aggregate) -> str:
@@ -186,7 +186,18 @@ def output_frame(em: Emitted) -> pd.DataFrame:
     kinds.append("stats")
     keys.append(None)
     values.append(dumps({"late": em.late, "duplicates": em.duplicates}))
-    return pd.DataFrame({"kind": kinds, "key": keys, "value": values})
+    # Object arrays made here and not copied: pandas would otherwise scan each list to infer
+    # its type, on every bucket of every batch.
+    columns = {"kind": kinds, "key": keys, "value": values}
+    return pd.DataFrame({k: _objects(v) for k, v in columns.items()}, copy=False)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    import numpy as np
+
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a
 
 
 def _records(frames: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ ends) and the exporter's example messages.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import overload
@@ -35,6 +36,20 @@ def _format(d: datetime) -> str:
 def _iso_epoch(value: float) -> str:
     """Window bounds repeat across a batch's thousands of series: cached."""
     return _format(datetime.fromtimestamp(value, UTC))
+
+
+_now: tuple[int, str] = (-1, "")
+
+
+def iso_now() -> str:
+    """The current time as ``iso`` writes it. Formatted at most once per millisecond (the job
+    stamps every aggregate it publishes), and not through ``iso``'s cache, which a new time on
+    every call would empty of the window bounds it is there for."""
+    global _now
+    ms = time.time_ns() // 1_000_000
+    if ms != _now[0]:
+        _now = (ms, _format(datetime.fromtimestamp(ms / 1000, UTC)))
+    return _now[1]
 
 
 @lru_cache(maxsize=65536)
