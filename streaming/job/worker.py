@@ -14,6 +14,11 @@ than most of the job's tasks do:
   libraries' own (pandas, pyarrow, PySpark). ``prepare`` moves what exists after the first
   task's imports out of the collector's reach (``gc.freeze``), so each later collection walks
   only what the tasks made.
+- Restoring a state bucket makes hundreds of thousands of lists and dicts that live until its
+  call returns and are then freed by reference counting (the state holds no cycles). At
+  Python's default threshold (a young collection every 700 new containers) the collector walks
+  them again and again: 7-10% of the state processor's CPU. ``prepare`` raises the threshold to
+  ``GC_THRESHOLD``; the older generations keep their default ratios.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import zipimport
 from typing import Any
 
 _prepared = False
+GC_THRESHOLD = (20_000, 10, 10)  # young collection every 20,000 new containers
 
 
 def _archive_stamp(path: str) -> tuple[int, int] | None:
@@ -66,3 +72,4 @@ def prepare() -> None:
         cls.invalidate_caches = _make_lazy(cls.invalidate_caches)
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)

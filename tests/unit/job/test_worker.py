@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
     from streaming.job import worker
     worker.prepare()
     worker.prepare()
-    frozen = gc.get_freeze_count()
+    frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
 
     importlib.invalidate_caches()  # first: records the archive's stamp
     before = len(reads)
@@ -41,7 +41,8 @@ SCRIPT = textwrap.dedent(
     exec(open(rewrite).read())  # the archive changes: a module added
     importlib.invalidate_caches()
     import zipped_b
-    print(json.dumps({"frozen": frozen, "unchanged_reads": unchanged, "b": zipped_b.VALUE}))
+    print(json.dumps({"frozen": frozen, "threshold": threshold, "unchanged_reads": unchanged,
+                      "b": zipped_b.VALUE}))
     """
 )
 REWRITE = textwrap.dedent(
@@ -77,6 +78,7 @@ def test_in_a_worker_an_unchanged_archive_is_not_read_again_and_a_changed_one_is
         assert r["unchanged_reads"] == 0
     assert r["b"] == 2  # the changed archive's new module is found
     assert r["frozen"] > 0
+    assert r["threshold"][0] >= 10_000
 
 
 def test_outside_a_worker_nothing_changes(tmp_path):
@@ -85,3 +87,4 @@ def test_outside_a_worker_nothing_changes(tmp_path):
         assert r["unchanged_reads"] == 5
     assert r["b"] == 2
     assert r["frozen"] == 0
+    assert r["threshold"] == [700, 10, 10]  # Python's default
