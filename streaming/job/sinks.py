@@ -181,6 +181,9 @@ def produce_kinds(
     return other
 
 
+POLL_EVERY = 1000  # records written between two polls for delivery reports (errors only)
+
+
 class KafkaSink:
     """An idempotent confluent-kafka producer in the driver; ``publish`` returns once every
     record is acknowledged and raises SinkError otherwise."""
@@ -198,6 +201,10 @@ class KafkaSink:
             "enable.idempotence": True,
             "linger.ms": 20,
             "compression.type": "lz4",
+            # Only failed deliveries call back into Python: the executors write every partial
+            # row, aggregate and finding, and a callback per delivered record costs more than
+            # the write.
+            "delivery.report.only.error": True,
         }
         settings.update(conf or {})
         self._producer = Producer(settings)
@@ -223,7 +230,7 @@ class KafkaSink:
         """Raw key/value pairs; returns once every record is acknowledged or dropped."""
         from confluent_kafka import KafkaException
 
-        for key, value in records:
+        for i, (key, value) in enumerate(records):
             while True:
                 try:
                     self._producer.produce(
@@ -238,7 +245,8 @@ class KafkaSink:
                         raise SinkError(f"{topic}: {err}") from exc
                     self.errors.add(topic, err.name(), detail=err.str())
                     break
-            self._producer.poll(0)
+            if i % POLL_EVERY == 0:
+                self._producer.poll(0)
         left = self._producer.flush(timeout_s)
         failed, self._failed = self._failed, []
         if left or failed:
