@@ -19,6 +19,7 @@ buckets on the fleet's event time, as if one process held every series.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import zlib
@@ -67,6 +68,34 @@ def joined_state(rows: Iterable[tuple[bytes]]) -> bytes | None:
     return blob or None
 
 
+# A saved bucket: ``ZSTD_MAGIC``, the JSON's length (8 bytes, little-endian), the JSON as a
+# zstd frame (level 1, through pyarrow, which the executors load anyway). zstd takes about half
+# of zlib's CPU both ways on this JSON and saves a quarter less; a bucket saved as a zlib stream
+# (an earlier connmon: it starts with 0x78, never with the magic) is still read.
+ZSTD_MAGIC = b"Z1"
+
+
+@functools.cache
+def _zstd() -> Any:
+    import pyarrow as pa
+
+    return pa.Codec("zstd", compression_level=1)
+
+
+def compress(raw: bytes) -> bytes:
+    """A bucket's JSON as it is saved."""
+    return ZSTD_MAGIC + len(raw).to_bytes(8, "little") + _zstd().compress(raw, asbytes=True)
+
+
+def decompress(blob: bytes) -> bytes:
+    """The JSON of a saved bucket (zstd, or zlib as earlier versions saved it)."""
+    if not blob.startswith(ZSTD_MAGIC):
+        return zlib.decompress(blob)
+    n = len(ZSTD_MAGIC)
+    size = int.from_bytes(blob[n : n + 8], "little")
+    return _zstd().decompress(memoryview(blob)[n + 8 :], decompressed_size=size, asbytes=True)
+
+
 def bucket_column(buckets: int) -> Column:
     """The bucket of a partial row's series (Spark's xxhash64 of the series fields)."""
     from pyspark.sql import functions as F
@@ -109,7 +138,7 @@ class Bucket:
     ) -> Bucket:
         b = cls(cfg, clock)
         if blob is not None:
-            doc = orjson.loads(zlib.decompress(blob))
+            doc = orjson.loads(decompress(blob))
             b.windows.load_state(doc["windows"])
             b.tracker.load_state(doc["tracker"])
             b.pending = doc["pending"]
@@ -121,7 +150,7 @@ class Bucket:
             "tracker": self.tracker.to_state(),
             "pending": self.pending,
         }
-        return zlib.compress(orjson.dumps(doc), 1)
+        return compress(orjson.dumps(doc))
 
     def empty(self) -> bool:
         """Nothing left to remember: the state can be dropped (the next tick brings the
