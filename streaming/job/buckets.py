@@ -69,9 +69,9 @@ def joined_state(rows: Iterable[tuple[bytes]]) -> bytes | None:
 
 
 # A saved bucket: ``ZSTD_MAGIC``, the JSON's length (8 bytes, little-endian), the JSON as a
-# zstd frame (level 1, through pyarrow, which the executors load anyway). zstd takes about half
-# of zlib's CPU both ways on this JSON and saves a quarter less; a bucket saved as a zlib stream
-# (an earlier connmon: it starts with 0x78, never with the magic) is still read.
+# zstd frame (level 1, through pyarrow, which the executors load anyway). On this JSON zstd
+# takes about half of zlib's CPU both ways and its output is a quarter smaller. A bucket saved
+# as a zlib stream (an earlier connmon: it starts with 0x78, never with the magic) is still read.
 ZSTD_MAGIC = b"Z1"
 
 

@@ -43,8 +43,8 @@ _now: tuple[int, str] = (-1, "")
 
 def iso_now() -> str:
     """The current time as ``iso`` writes it. Formatted at most once per millisecond (the job
-    stamps every aggregate it publishes), and not through ``iso``'s cache, which a new time on
-    every call would empty of the window bounds it is there for."""
+    stamps every aggregate it publishes), and not through ``iso``'s cache, which is there for
+    window bounds and would fill with times used once."""
     global _now
     ms = time.time_ns() // 1_000_000
     if ms != _now[0]:
