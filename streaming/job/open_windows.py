@@ -123,8 +123,11 @@ _MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
 _MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
 _SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
 _COPIED_AT = tuple((_AT[f], f) for f in _COPIED)
-# (flat columns, their positions) per state: a state's latest summary is taken as a whole.
-_STATE_AT = tuple((cols, tuple(_AT[c] for c in cols)) for _state, _names, cols in _STATE_COLS)
+# Per state: its finished row's column, its field names, their flat columns in a partial row
+# and their positions in a window. A state's latest summary is taken as a whole.
+_STATE_AT = tuple(
+    (state_col(st), names, cols, tuple(_AT[c] for c in cols)) for st, names, cols in _STATE_COLS
+)
 # (value position, its time's position, the partial row's fields, newest?)
 _HB_AT = tuple((_AT[f], _AT[f"_{f}_t"], f, t, newest) for f, t, newest in HB_BY_TIME)
 
@@ -156,7 +159,7 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
         into[i] = _min(into[i], get(f))
     for i, f in _SUM_AT:
         into[i] = (into[i] or 0) + (get(f) or 0)
-    for cols, at in _STATE_AT:
+    for _col, _names, cols, at in _STATE_AT:
         if get(cols[0]) is None:
             continue
         mine = tuple(into[i] for i in at)
@@ -186,7 +189,7 @@ def new_window(part: Mapping[str, Any]) -> list[Any]:
         w[i] = get(f)
     for i, f in _SUM_AT:
         w[i] = get(f) or 0
-    for cols, at in _STATE_AT:
+    for _col, _names, cols, at in _STATE_AT:
         if get(cols[0]) is not None:
             for i, c in zip(at, cols, strict=True):
                 w[i] = get(c)
@@ -209,9 +212,6 @@ def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None
 
 _FINISHED = (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
 _FINISHED_AT = tuple((f, _AT[f]) for f in _FINISHED)
-_STATE_ROW = tuple(
-    (state_col(st), names, tuple(_AT[c] for c in cols)) for st, names, cols in _STATE_COLS
-)
 _CW_AT = tuple(_AT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
 _LIFETIME_SUM, _LIFETIME_N = _AT["lifetime_sum_s"], _AT["lifetime_n"]
 
@@ -221,7 +221,7 @@ def finish(w: list[Any], window_s: float) -> dict[str, Any]:
     row: dict[str, Any] = {f: w[i] for f, i in _FINISHED_AT}
     row["window_start_s"] = w[_START]
     row["window_end_s"] = w[_START] + window_s
-    for col, names, at in _STATE_ROW:
+    for col, names, _cols, at in _STATE_AT:
         if w[at[0]] is None:
             row[col] = None
         else:

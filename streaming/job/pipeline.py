@@ -172,9 +172,9 @@ def produce_state(
 
 def _count_stats(rows: list[Any], stats: Any) -> None:
     total: dict[str, int] = {}
-    for r in rows:
-        if r.kind == "stats":
-            for k, n in json.loads(r.value).items():
+    for kind, _key, value in rows:  # by position, as ``produce_kinds`` reads them
+        if kind == "stats":
+            for k, n in json.loads(value).items():
                 total[k] = total.get(k, 0) + n
     stats.add(total)
 

@@ -23,6 +23,7 @@ a prune of all series each batch would.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import operator
 from collections.abc import Callable, Iterable
@@ -74,7 +75,6 @@ class Tracker:
         self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
         self._quiet_n = {kind: resolve_windows(kind, cfg) for kind in DETECTORS}
         self._hysteresis_n = hysteresis_windows(cfg)
-        self._back: dict[str, list[str]] = {}  # window start -> ``_starts_back``
         # (newest window end, series): candidates for the stale check, then for removal
         self._stale_heap: list[tuple[float, str]] = []
         self._stale_end: dict[str, float] = {}  # series -> end of its live stale-heap entry
@@ -209,18 +209,8 @@ class Tracker:
         """Kinds that held in ``agg``'s window and each one before it, newest first, as far
         back as hysteresis looks (a window the series did not produce: none)."""
         held = self.held.get(agg.series, {})
-        return [held.get(s, []) for s in self._starts_back(agg.window_start)]
-
-    def _starts_back(self, start: str) -> list[str]:
-        """``start`` and the window starts before it, as far back as hysteresis looks; kept,
-        as a batch's series share a few windows."""
-        starts = self._back.get(start)
-        if starts is None:
-            if len(self._back) >= 64:
-                self._back.clear()
-            t, w = epoch(start), self.cfg.window_s
-            starts = self._back[start] = [iso(t - i * w) for i in range(self._hysteresis_n)]
-        return starts
+        starts = _starts_back(agg.window_start, self.cfg.window_s, self._hysteresis_n)
+        return [held.get(s, []) for s in starts]
 
     @staticmethod
     def _key(agg: Aggregate, kind: str) -> str:
@@ -303,6 +293,14 @@ class Tracker:
 
 
 _history_values = operator.attrgetter(*HISTORY_FIELDS)
+
+
+@functools.lru_cache(maxsize=256)
+def _starts_back(start: str, window_s: float, n: int) -> tuple[str, ...]:
+    """``start`` and the ``n - 1`` window starts before it (a batch's series share a few
+    windows, so this is cached)."""
+    t = epoch(start)
+    return tuple(iso(t - i * window_s) for i in range(n))
 
 
 def _rows(ws: list[Aggregate]) -> list[tuple[Any, ...]]:
