@@ -3,7 +3,8 @@
 - **ingest** (``aggregates``): events topic -> decode -> partial window rows per series, written
   from the executors to the partials topic keyed by state bucket; rejected records to the
   dead-letter topic; then an end marker per bucket written to (now and then to every bucket,
-  with the fleet's newest event time).
+  with the fleet's newest event time). A Kafka transaction around the batch's writes makes
+  them visible to the state query together (``gate``).
 - **state**: partials topic -> Spark's state store, one key per bucket (``buckets``) -> merged
   windows, detectors, finding lifecycle -> aggregates and findings, written from the executors.
 
@@ -39,6 +40,7 @@ from streaming.job.checkpoint import (
     last_commit,
     open_checkpoint,
 )
+from streaming.job.gate import BatchGate
 from streaming.job.ingest import (
     BatchContext,
     BatchCounts,
@@ -120,7 +122,12 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
 def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFrame:
     """The partials topic: this checkpoint's records, as ``bucket``/``value``. Read whole each
     trigger (no ``maxOffsetsPerTrigger``): partial rows are few per series and batch."""
-    opts = kafka_options(s) | {"subscribe": s.partials_topic, "startingOffsets": "earliest"}
+    opts = kafka_options(s) | {
+        "subscribe": s.partials_topic,
+        "startingOffsets": "earliest",
+        # Up to the ingest batch being written: its rows show when its gate commits (``gate``).
+        "kafka.isolation.level": "read_committed",
+    }
     opts.pop("maxOffsetsPerTrigger", None)
     raw = spark.readStream.format("kafka").options(**opts).load()
     return _by_bucket(
@@ -210,6 +217,7 @@ class RunningJob:
     listener: StatusListener
     sinks: list[KafkaSink]
     temp_dirs: list[str] = field(default_factory=list)
+    gate: BatchGate | None = None
 
     def stop(self, wait_s: float = 0.0) -> bool:
         """Stop the queries, the last started first, each between two micro-batches when the
@@ -222,6 +230,8 @@ class RunningJob:
         self.spark.streams.removeListener(self.listener)
         for sink in self.sinks:
             sink.close()
+        if self.gate is not None:
+            self.gate.shutdown()
         for d in self.temp_dirs:
             shutil.rmtree(d, ignore_errors=True)
         return all(between)
@@ -314,6 +324,17 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         tick_every_s=s.detectors.window_s / 4,
     )
 
+    gate = BatchGate(s.bootstrap_servers, s.partials_topic, meta.run_id, producer)
+
+    def ingest_batch(raw: DataFrame, batch_id: int) -> None:
+        gate.open()
+        try:
+            ingest(raw, batch_id)
+        except BaseException:
+            gate.abort()
+            raise
+        gate.close()
+
     def publish_status(st: JobStatus) -> None:
         st.produce_errors = errors.totals()
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
@@ -330,7 +351,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     ingest_writer = (
         kafka_source(spark, s)
         .writeStream.queryName(INGEST_QUERY)
-        .foreachBatch(ingest)
+        .foreachBatch(ingest_batch)
         .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
@@ -343,7 +364,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
-    job = RunningJob(spark, queries, listener, [end_sink, status_sink], temp_dirs)
+    job = RunningJob(spark, queries, listener, [end_sink, status_sink], temp_dirs, gate)
     try:
         # Each query's jobs run in the scheduler pool of its name (``session.POOLS_FILE``): a
         # query's thread takes the pool set when it starts.

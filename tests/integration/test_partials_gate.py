@@ -1,0 +1,136 @@
+"""The partials gate against a real Kafka broker: rows written by other (non-transactional)
+producers while it is open stay hidden from a ``read_committed`` reader, on every partition,
+until it commits or aborts; a gate the cluster refuses turns itself off."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from streaming.job.gate import BatchGate, gate_key
+from streaming.stack.kafka import create_topics
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def where(kafka_cluster, unique_name) -> tuple[str, str, str]:
+    """(bootstrap, a new topic of ``PARTITIONS`` partitions, a checkpoint's run id)."""
+    create_topics(kafka_cluster.bootstrap_servers, {unique_name: PARTITIONS})
+    return kafka_cluster.bootstrap_servers, unique_name, uuid.uuid4().hex
+
+
+def _write(bootstrap: str, topic: str, n: int, tag: str) -> None:
+    """n rows on each partition, as the executors and the driver's end markers write them."""
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for partition in range(PARTITIONS):
+        for i in range(n):
+            p.produce(topic, key=f"run:{i}".encode(), value=tag.encode(), partition=partition)
+    assert p.flush(30) == 0
+
+
+def _visible(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:
+    """Every record a read_committed reader gets now, from the start of each partition."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        out, eof = [], set()
+        while len(eof) < PARTITIONS:
+            m = c.poll(10)
+            assert m is not None, "no end of partition reached in 10 s"
+            if m.error():
+                if m.error().name() == "_PARTITION_EOF":
+                    eof.add(m.partition())
+                    continue
+                raise AssertionError(m.error())
+            out.append((m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def _rows(records: list[tuple[bytes, bytes]], run_id: str) -> list[bytes]:
+    return sorted(v for k, v in records if k != gate_key(run_id))
+
+
+def test_rows_written_while_the_gate_is_open_show_when_it_commits(where):
+    b, topic, run = where
+    gate = BatchGate(b, topic, run)
+    _write(b, topic, 2, "before")
+
+    gate.open()
+    _write(b, topic, 2, "batch-1")
+    assert _rows(_visible(b, topic), run) == [b"before"] * 2 * PARTITIONS
+    gate.close()
+    assert _rows(_visible(b, topic), run) == sorted([b"before", b"batch-1"] * 2 * PARTITIONS)
+
+    gate.open()  # the next batch: hidden again, the earlier ones stay visible
+    _write(b, topic, 1, "batch-2")
+    assert _rows(_visible(b, topic), run).count(b"batch-2") == 0
+    gate.close()
+    assert _rows(_visible(b, topic), run).count(b"batch-2") == PARTITIONS
+    assert gate.enabled
+    gate.shutdown()
+
+
+def test_an_aborted_gate_shows_its_rows_at_once(where):
+    b, topic, run = where
+    gate = BatchGate(b, topic, run)
+    gate.open()
+    _write(b, topic, 1, "failed-batch")
+    assert _rows(_visible(b, topic), run) == []
+    gate.abort()
+    assert _rows(_visible(b, topic), run) == [b"failed-batch"] * PARTITIONS
+    # the gate records of an aborted transaction are not delivered at all
+    assert all(k != gate_key(run) for k, _ in _visible(b, topic))
+    gate.shutdown()
+
+
+def test_a_restarted_driver_releases_the_gate_its_predecessor_left_open(where):
+    """A driver killed mid-batch leaves its transaction open; the next one of the same
+    checkpoint fences it when it opens its own gate, so the rows show without waiting for the
+    transaction to time out."""
+    b, topic, run = where
+    killed = BatchGate(b, topic, run)
+    killed.open()
+    _write(b, topic, 1, "abandoned")
+    assert _rows(_visible(b, topic), run) == []
+
+    restarted = BatchGate(b, topic, run)
+    restarted.open()
+    assert _rows(_visible(b, topic), run) == [b"abandoned"] * PARTITIONS
+    restarted.close()
+    restarted.shutdown()
+
+
+def test_a_gate_the_cluster_refuses_turns_off_with_a_warning(where, caplog):
+    """A transaction timeout above the broker's limit is refused when the producer starts;
+    the job must go on without the gate (rows are then visible as soon as written)."""
+    b, topic, run = where
+    gate = BatchGate(b, topic, run, timeout_ms=24 * 3600 * 1000)
+    with caplog.at_level(logging.WARNING, logger="streaming.job.gate"):
+        gate.open()
+    assert not gate.enabled
+    assert any("transactional id" in r.getMessage() for r in caplog.records)
+    _write(b, topic, 1, "ungated")
+    assert _rows(_visible(b, topic), run) == [b"ungated"] * PARTITIONS
+    gate.close()  # nothing open: a no-op
+    gate.shutdown()
+
+
+@pytest.mark.parametrize("step", ["close", "abort"])
+def test_closing_a_gate_never_opened_does_nothing(step):
+    gate = BatchGate("127.0.0.1:1", "t", "run")
+    getattr(gate, step)()
+    assert gate.enabled
