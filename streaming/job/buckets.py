@@ -9,7 +9,8 @@ at a few milliseconds each, so a key per series would not keep up with a fleet; 
 series amortises that call.
 
 A bucket's input for one ingest batch is its partial rows, then an *end* marker that the driver
-writes once every row of the batch is written: the state query may read a batch's rows across
+writes once every row of the batch is written. The partials gate (``gate``) shows the state
+query each ingest batch whole, but should it fail the state query may read a batch's rows across
 two of its own batches, and a window must be judged on all of them, as when one process read
 the batch. Rows wait in the bucket's state until their batch's end arrives. Now and then an end
 marker carries a *tick*, the fleet's newest event time, and goes to every bucket: a bucket with
