@@ -5,6 +5,7 @@ until it commits or aborts; a gate the cluster refuses turns itself off."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import pytest
@@ -97,10 +98,11 @@ def test_an_aborted_gate_shows_its_rows_at_once(where):
     gate.shutdown()
 
 
-def test_a_restarted_driver_releases_the_gate_its_predecessor_left_open(where):
+def test_a_restarted_driver_releases_the_gate_its_predecessor_left_open(where, caplog):
     """A driver killed mid-batch leaves its transaction open; the next one of the same
-    checkpoint fences it when it opens its own gate, so the rows show without waiting for the
-    transaction to time out."""
+    checkpoint ends it when it sets up its own gate, so the rows show without waiting for the
+    transaction to time out. The fenced gate's own end fails quietly and leaves the new one
+    alone."""
     b, topic, run = where
     killed = BatchGate(b, topic, run)
     killed.open()
@@ -110,27 +112,61 @@ def test_a_restarted_driver_releases_the_gate_its_predecessor_left_open(where):
     restarted = BatchGate(b, topic, run)
     restarted.open()
     assert _rows(_visible(b, topic), run) == [b"abandoned"] * PARTITIONS
+    with caplog.at_level(logging.WARNING, logger="streaming.job.gate"):
+        killed.close()  # fenced
+    assert any("commit failed" in r.getMessage() for r in caplog.records)
+    _write(b, topic, 1, "next")
+    assert _rows(_visible(b, topic), run).count(b"next") == 0  # the new gate still holds
     restarted.close()
+    assert _rows(_visible(b, topic), run).count(b"next") == PARTITIONS
     restarted.shutdown()
+    killed.shutdown()
 
 
-def test_a_gate_the_cluster_refuses_turns_off_with_a_warning(where, caplog):
-    """A transaction timeout above the broker's limit is refused when the producer starts;
-    the job must go on without the gate (rows are then visible as soon as written)."""
+def test_a_gate_whose_record_is_refused_ends_its_transaction_at_once(where, caplog):
+    """A gate record that is not delivered fails the gate after its transaction began: the
+    transaction must end then, not hide the batch's rows until it times out."""
     b, topic, run = where
-    gate = BatchGate(b, topic, run, timeout_ms=24 * 3600 * 1000)
+    gate = BatchGate(b, topic, run)
+    gate.open()
+    gate.close()
+    gate._partitions.append(PARTITIONS + 7)  # a partition the topic does not have
     with caplog.at_level(logging.WARNING, logger="streaming.job.gate"):
         gate.open()
-    assert not gate.enabled
-    assert any("transactional id" in r.getMessage() for r in caplog.records)
-    _write(b, topic, 1, "ungated")
-    assert _rows(_visible(b, topic), run) == [b"ungated"] * PARTITIONS
-    gate.close()  # nothing open: a no-op
+    assert any("open failed" in r.getMessage() for r in caplog.records)
+    _write(b, topic, 1, "after-a-failed-gate")
+    assert _rows(_visible(b, topic), run) == [b"after-a-failed-gate"] * PARTITIONS
     gate.shutdown()
 
 
-@pytest.mark.parametrize("step", ["close", "abort"])
-def test_closing_a_gate_never_opened_does_nothing(step):
-    gate = BatchGate("127.0.0.1:1", "t", "run")
-    getattr(gate, step)()
-    assert gate.enabled
+def test_shutdown_ends_an_open_gate_and_no_gate_opens_after(where):
+    b, topic, run = where
+    gate = BatchGate(b, topic, run)
+    gate.open()
+    _write(b, topic, 1, "abandoned")
+    gate.shutdown()
+    assert _rows(_visible(b, topic), run) == [b"abandoned"] * PARTITIONS
+    gate.open()
+    _write(b, topic, 1, "after")
+    assert _rows(_visible(b, topic), run).count(b"after") == PARTITIONS
+
+
+def test_a_gate_the_cluster_refuses_is_off_with_one_warning_and_tried_again_later(where, caplog):
+    """A transaction timeout above the broker's limit is refused when the producer starts;
+    the job must go on without the gate (rows are then visible as soon as written), try again
+    later, and not log the same refusal twice."""
+    b, topic, run = where
+    gate = BatchGate(b, topic, run, timeout_ms=24 * 3600 * 1000, retry_s=2.0)
+    with caplog.at_level(logging.WARNING, logger="streaming.job.gate"):
+        gate.open()
+        assert not gate.enabled
+        _write(b, topic, 1, "ungated")
+        assert _rows(_visible(b, topic), run) == [b"ungated"] * PARTITIONS
+        gate.close()  # nothing open: a no-op
+        time.sleep(2.1)
+        assert gate.enabled  # tried again at the next batch
+        gate.open()
+        assert not gate.enabled
+    warnings = [r.getMessage() for r in caplog.records if "transactional id" in r.getMessage()]
+    assert len(warnings) == 1 and "INVALID_TRANSACTION_TIMEOUT" in warnings[0]
+    gate.shutdown()
