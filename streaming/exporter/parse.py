@@ -225,6 +225,7 @@ _STATUS_FIELDS = {
     "connmon_job_watermark_delay_seconds": "watermark_delay_s",
     "connmon_job_dead_letter_events_total": "dead_letter_total",
     "connmon_job_late_events_total": "late_events_total",
+    "connmon_job_partials_gate_failures_total": "partials_gate_failures_total",
 }
 
 

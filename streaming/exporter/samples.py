@@ -60,6 +60,7 @@ def status(ts: float = NOW - 1, **over) -> bytes:
             {"host": "web-9", "clock_offset_s": None, "skewed_events_total": 0,
              "late_events_total": 12},
         ],
+        "partials_gate_failures_total": 1,
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

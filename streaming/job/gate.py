@@ -100,6 +100,7 @@ class BatchGate:
         self._open = False
         self._closed = False
         self._failures = 0  # batches in a row whose gate failed
+        self.failures_total = 0  # gates that failed or could not be set up, since start
         self._off_until = 0.0  # monotonic time: set up again from then on
         self._lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
@@ -196,6 +197,7 @@ class BatchGate:
             if not meta.partitions:
                 raise GateError("the topic has no partitions")
         except Exception as exc:  # noqa: BLE001
+            self.failures_total += 1
             self._close_producer()
             self._pause()
             self._warn(
@@ -227,6 +229,7 @@ class BatchGate:
             step,
             exc,
         )
+        self.failures_total += 1
         err = _error(exc)
         fatal = err is not None and err.fatal()
         if self._open:

@@ -337,6 +337,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
 
     def publish_status(st: JobStatus) -> None:
         st.produce_errors = errors.totals()
+        st.partials_gate_failures_total = gate.failures_total
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
 
     def stats() -> Any:

@@ -124,6 +124,12 @@ JOB_METRICS: tuple[Metric, ...] = (
         "Events that arrived behind the watermark (dropped) since the job started.",
     ),
     _job(
+        "connmon_job_partials_gate_failures_total",
+        "counter",
+        "Times the partials gate failed or could not be set up (that batch's rows reached the "
+        "state query early, which costs latency, not findings), since the job started.",
+    ),
+    _job(
         "connmon_job_last_event_timestamp_seconds",
         "gauge",
         "Event time of the newest event the job has processed (Unix time).",

@@ -81,7 +81,7 @@ def test_rows_written_while_the_gate_is_open_show_when_it_commits(where):
     assert _rows(_visible(b, topic), run).count(b"batch-2") == 0
     gate.close()
     assert _rows(_visible(b, topic), run).count(b"batch-2") == PARTITIONS
-    assert gate.enabled
+    assert gate.enabled and gate.failures_total == 0
     gate.shutdown()
 
 
@@ -134,6 +134,7 @@ def test_a_gate_whose_record_is_refused_ends_its_transaction_at_once(where, capl
     with caplog.at_level(logging.WARNING, logger="streaming.job.gate"):
         gate.open()
     assert any("open failed" in r.getMessage() for r in caplog.records)
+    assert gate.failures_total == 1
     _write(b, topic, 1, "after-a-failed-gate")
     assert _rows(_visible(b, topic), run) == [b"after-a-failed-gate"] * PARTITIONS
     gate.shutdown()
@@ -169,4 +170,5 @@ def test_a_gate_the_cluster_refuses_is_off_with_one_warning_and_tried_again_late
         assert not gate.enabled
     warnings = [r.getMessage() for r in caplog.records if "transactional id" in r.getMessage()]
     assert len(warnings) == 1 and "INVALID_TRANSACTION_TIMEOUT" in warnings[0]
+    assert gate.failures_total == 2  # each refusal counted, in the job status
     gate.shutdown()

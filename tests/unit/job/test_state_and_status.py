@@ -57,6 +57,7 @@ def test_status_record_matches_the_contract_example():
         "last_event_time": "2026-11-21T05:01:01.900Z",
         "produce_errors": [],
         "hosts": [HOST],
+        "partials_gate_failures_total": 0,
     }
 
 
