@@ -308,8 +308,10 @@ def _rows(ws: list[Aggregate]) -> list[tuple[Any, ...]]:
 
 
 def _changed(last: Finding, new: Finding) -> bool:
-    return (last.severity, last.window_start, last.evidence) != (
-        new.severity,
-        new.window_start,
-        new.evidence,
-    )
+    """Worth publishing again. The client library counts: a window's first rows may all come
+    from sockets whose library the agent has not named, and the advice depends on it."""
+    return _published(last) != _published(new)
+
+
+def _published(f: Finding) -> tuple[Any, ...]:
+    return (f.severity, f.window_start, f.evidence, f.client_library, f.client_version)

@@ -51,6 +51,20 @@ def test_fires_once_then_republishes_only_on_change():
     assert statuses(t.process([leak(0, n=4)], {})) == [("close_wait_buildup", "firing", "05:00")]
 
 
+def test_a_finding_is_published_again_once_its_window_names_the_client_library():
+    """A window's first rows may carry no client library; when later rows of the same window
+    name it, the finding (whose advice depends on the library) is published again, once."""
+    t = tracker()
+    first = t.process([leak(0)], {}).findings
+    assert [(f.client_library, f.client_version) for f in first] == [(None, None)]
+    named = dataclasses.replace(leak(0), client_library="java", client_version="4.3.1")
+    again = t.process([named], {}).findings
+    assert [(f.status, f.client_library, f.client_version) for f in again] == [
+        ("firing", "java", "4.3.1")
+    ]
+    assert t.process([named], {}).findings == []
+
+
 def test_resolves_after_a_complete_window_without_the_condition():
     t = tracker()
     t.process([leak(0)], {})
