@@ -216,8 +216,8 @@ class RunningJob:
     queries: list[StreamingQuery]
     listener: StatusListener
     sinks: list[KafkaSink]
+    gate: BatchGate
     temp_dirs: list[str] = field(default_factory=list)
-    gate: BatchGate | None = None
 
     def stop(self, wait_s: float = 0.0) -> bool:
         """Stop the queries, the last started first, each between two micro-batches when the
@@ -230,8 +230,7 @@ class RunningJob:
         self.spark.streams.removeListener(self.listener)
         for sink in self.sinks:
             sink.close()
-        if self.gate is not None:
-            self.gate.shutdown()
+        self.gate.shutdown()
         for d in self.temp_dirs:
             shutil.rmtree(d, ignore_errors=True)
         return all(between)
@@ -365,7 +364,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
-    job = RunningJob(spark, queries, listener, [end_sink, status_sink], temp_dirs, gate)
+    job = RunningJob(spark, queries, listener, [end_sink, status_sink], gate, temp_dirs)
     try:
         # Each query's jobs run in the scheduler pool of its name (``session.POOLS_FILE``): a
         # query's thread takes the pool set when it starts.
