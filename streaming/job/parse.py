@@ -166,7 +166,8 @@ def _fast_accepts(e: str) -> Column:
 
 def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
     """``validate`` as a pandas UDF: raw bytes (null: not needed) and now (epoch seconds) ->
-    its verdict as JSON (``_slow_schema``), null where the raw bytes are null. Every row of a
+    its verdict as JSON (``_slow_schema``), null where the raw bytes are null (a record the
+    decoder judged without it: too large, or a tombstone). Every row of a
     batch passes through the UDF, so a batch with nothing to validate costs next to nothing."""
     import numpy as np
     import pandas as pd
@@ -239,14 +240,15 @@ class Decoder:
         self._pick = [
             F.when(fast, F.col(e)).otherwise(F.col("_v.event")).alias(e),
             F.when(fast, ts).otherwise(F.timestamp_micros(F.col("_v.ts_us"))).alias("ts"),
-            F.when(F.col("_too_large"), F.lit("too_large"))
+            F.when(F.col("raw").isNull(), F.lit("null_value"))
+            .when(size == 0, F.lit("empty_value"))
+            .when(F.col("_too_large"), F.lit("too_large"))
             .when(fast & (too_old | too_new), F.lit("time_out_of_range"))
             .when(~fast, F.col("_v.reason"))
             .alias("reason"),
-            F.when(
-                F.col("_too_large"),
-                F.format_string(validate.TOO_LARGE, size),
-            )
+            F.when(F.col("raw").isNull(), F.lit(validate.NULL_VALUE))
+            .when(size == 0, F.lit(validate.EMPTY_VALUE))
+            .when(F.col("_too_large"), F.format_string(validate.TOO_LARGE, size))
             .when(fast & too_old, F.lit(validate.TOO_OLD))
             .when(fast & too_new, F.lit(validate.TOO_NEW))
             .when(~fast, F.col("_v.detail"))
@@ -301,7 +303,7 @@ def dead_letters(decoded: DataFrame) -> DataFrame:
                 "kafka_timestamp"
             ),
             F.base64(F.substring("raw", 1, DEAD_LETTER_RAW_BYTES)).alias("raw"),
-            F.octet_length("raw").alias("raw_bytes"),
+            F.coalesce(F.octet_length("raw"), F.lit(0)).alias("raw_bytes"),  # 0: a tombstone
             F.sha2("raw", 256).alias("raw_sha256"),
             F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias(
                 "rejected_at"

@@ -9,6 +9,8 @@ from typing import Any
 SCHEMA_VERSION = 1
 # In the order they are tested (streaming.schema.validate).
 DEADLETTER_REASONS = (
+    "null_value",
+    "empty_value",
     "too_large",
     "invalid_utf8",
     "malformed_json",

@@ -6,9 +6,9 @@ this very function, and a property test checks the two agree on random input.
 
 Reasons, in the order they are tested (the first that applies wins):
 
-``too_large`` -> ``invalid_utf8`` -> ``malformed_json`` -> ``wrong_type`` ->
-``unsupported_schema`` -> ``unknown_kind`` -> ``missing_field`` -> ``field_too_long`` ->
-``invalid_value`` -> ``time_out_of_range``.
+``null_value`` -> ``empty_value`` -> ``too_large`` -> ``invalid_utf8`` -> ``malformed_json`` ->
+``wrong_type`` -> ``unsupported_schema`` -> ``unknown_kind`` -> ``missing_field`` ->
+``field_too_long`` -> ``invalid_value`` -> ``time_out_of_range``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ _JSON_TYPE = {
     "boolean": "boolean",
 }
 
+NULL_VALUE = "the record has no value (a Kafka tombstone)"
+EMPTY_VALUE = "the record's value is empty"
 TOO_LARGE = f"%d bytes, over the {MAX_EVENT_BYTES}-byte limit"  # printf-style: Spark shares it
 TOO_OLD = "event_time older than the allowed age"
 TOO_NEW = "event_time in the future"
@@ -130,16 +132,21 @@ def _invalid(f: events.Field, value: Any) -> str | None:
 
 
 def validate(
-    record: bytes | str | Mapping[str, Any],
+    record: bytes | str | Mapping[str, Any] | None,
     now_s: float | None = None,
     max_age_s: float | None = None,
     max_future_s: float | None = None,
 ) -> Verdict:
     """Decode and check one record. ``now_s`` (epoch seconds) enables the event-time bounds.
-    A mapping is encoded as the agent encodes events (NaN stays NaN, so it is rejected)."""
+    A mapping is encoded as the agent encodes events (NaN stays NaN, so it is rejected). None is
+    a Kafka record without a value (a tombstone)."""
+    if record is None:
+        return _reject("null_value", NULL_VALUE)
     if isinstance(record, Mapping):
         record = json.dumps(record, separators=(",", ":"))
     raw = record.encode("utf-8", "surrogatepass") if isinstance(record, str) else record
+    if not raw:
+        return _reject("empty_value", EMPTY_VALUE)
     if len(raw) > MAX_EVENT_BYTES:
         return _reject("too_large", TOO_LARGE % len(raw))
     try:

@@ -88,7 +88,14 @@ class Topics:
         ]  # fmt: skip
 
 
-def produce(bootstrap: str, topic: str, lines: list[str] | list[bytes], key: str = "host") -> None:
+def produce(
+    bootstrap: str,
+    topic: str,
+    lines: Sequence[str | bytes | None],
+    key: str | bytes | None = "host",
+    headers: list[tuple[str, bytes | None]] | None = None,
+) -> None:
+    """Records with ``lines`` as values (None: a tombstone), all with ``key`` and ``headers``."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -103,8 +110,9 @@ def produce(bootstrap: str, topic: str, lines: list[str] | list[bytes], key: str
     for line in lines:
         p.produce(
             topic,
-            key=key.encode(),
-            value=line if isinstance(line, bytes) else line.encode(),
+            key=key.encode() if isinstance(key, str) else key,
+            value=line.encode() if isinstance(line, str) else line,
+            headers=headers,
             on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
         )
         p.poll(0)

@@ -164,6 +164,8 @@ def broken_events(draw) -> bytes:
 
 
 records = st.one_of(
+    st.none(),  # a tombstone
+    st.just(b""),
     st.binary(max_size=64),
     json_values.map(lambda v: json.dumps(v).encode()),
     valid_events().map(lambda e: json.dumps(e).encode()),
@@ -172,12 +174,23 @@ records = st.one_of(
 )
 
 
-def _raw(spark, values: list[bytes]):
-    rows = [(v, "t", 0, i) for i, v in enumerate(values)]
-    df = spark.createDataFrame(rows, "value binary, topic string, partition int, offset long")
-    return df.selectExpr(
-        "value", "topic", "partition", "offset", "current_timestamp() AS timestamp"
+# Kafka-level shapes around the value, which the decoder must not look at: no key, a huge key,
+# headers (by offset: every record gets one of them).
+KEYS = [None, b"host-1", b"k" * 100_000]
+HEADERS = [None, [], [("trace", b"x" * 100), ("trace", None)]]
+
+
+def _raw(spark, values: list[bytes | None]):
+    """The records as the Kafka source gives them, narrowed as the job narrows them."""
+    rows = [
+        (KEYS[i % len(KEYS)], v, "t", 0, i, HEADERS[i % len(HEADERS)]) for i, v in enumerate(values)
+    ]
+    df = spark.createDataFrame(
+        rows,
+        "key binary, value binary, topic string, partition int, offset long, "
+        "headers array<struct<key: string, value: binary>>",
     )
+    return df.selectExpr("*", "current_timestamp() AS timestamp").select(*parse.RAW_COLUMNS)
 
 
 def _same(a, b) -> bool:
@@ -194,13 +207,14 @@ def _same(a, b) -> bool:
     database=None,
 )
 @given(st.lists(records, min_size=40, max_size=80))
-def test_spark_decoder_agrees_with_validate(spark, values: list[bytes]) -> None:
+def test_spark_decoder_agrees_with_validate(spark, values: list[bytes | None]) -> None:
     _agree(spark, values)
 
 
-def _agree(spark, values: list[bytes]) -> None:
+def _agree(spark, values: list[bytes | None]) -> None:
     """The Spark decoder and ``validate`` give each record the same reason, detail, event
-    time and values."""
+    time and values; and every record gets either a reason or an event time and a host (a
+    window and a series)."""
     decoder = parse.Decoder(max_age_s=MAX_AGE_S, max_future_s=MAX_FUTURE_S)
     got = decoder(_raw(spark, values), now=NOW.timestamp()).collect()
     assert len(got) == len(values)
@@ -208,13 +222,14 @@ def _agree(spark, values: list[bytes]) -> None:
         raw = values[row.offset]
         want = validate(raw, NOW.timestamp(), MAX_AGE_S, MAX_FUTURE_S)
         assert (row.reason, row.detail) == (want.reason, want.detail), raw
+        assert row.reason is not None or (row.ts is not None and row.host is not None), raw
         if want.reason is None:
             assert int(row.ts.timestamp() * 1e6) // 1000 == want.ts_us // 1000, raw
             for f in events.FIELDS:
                 assert _same(row[f.name], want.event.get(f.name)), (f.name, raw)
 
 
-def _edge_records() -> list[bytes]:
+def _edge_records() -> list[bytes | None]:
     """Records at the fast path's edges, each checked on every run (the random ones above may
     miss them): event_time shapes next to the agent's own, strings that look like a number,
     boolean or array, and objects that are left open or followed by more."""
@@ -267,7 +282,7 @@ def _edge_records() -> list[bytes]:
         (text[:-1] + "}}").encode(),
         ("{" + text).encode(),
     ]
-    return out
+    return [*out, None, b"", b" ", b"\x00"]
 
 
 def test_spark_decoder_agrees_with_validate_at_the_edges(spark) -> None:

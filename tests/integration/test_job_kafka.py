@@ -49,6 +49,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
     t = Topics(kafka_cluster.bootstrap_servers, unique_name)
     produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
     produce(t.bootstrap, t.events, gen.MALFORMED, key="bad")
+    produce(t.bootstrap, t.events, [v for v, _ in gen.KAFKA_REJECTS], key="bad")
     # A URI, as for hdfs: or s3a:, goes through Hadoop's filesystem API like Spark's own.
     job = start_job(spark, t.settings(checkpoint=f"file://{tmp_path}/ckpt"))
     try:
@@ -67,14 +68,15 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
             "key", "updated_at",
         }  # fmt: skip
 
-        n_bad = len(gen.MALFORMED)
+        n_bad = len(gen.MALFORMED) + len(gen.KAFKA_REJECTS)
         dead = wait_for(
             f"{n_bad} dead letters",
             lambda: (d := consume_all(t.bootstrap, t.deadletter)) and len(d) >= n_bad and d,
         )
         reasons = sorted(v["reason"] for _, v in dead)
-        assert reasons == sorted(gen.MALFORMED_REASONS)
-        assert all(v["raw"] and v["topic"] == t.events for _, v in dead)
+        assert reasons == sorted([*gen.MALFORMED_REASONS, *(r for _, r in gen.KAFKA_REJECTS)])
+        assert all(v["topic"] == t.events for _, v in dead)
+        assert all(v["raw"] for _, v in dead if v["reason"] not in ("null_value", "empty_value"))
         # a dead letter keeps a bounded prefix of the record, its size and its hash
         big = next(v for _, v in dead if v["reason"] == "too_large")
         raw = next(line.encode() for line in gen.MALFORMED if len(line) > 16384)
@@ -94,8 +96,15 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         )
         assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
 
-        # the job keeps running after bad input: a new series shows up
-        produce(t.bootstrap, t.events, lines(recording("duplicate_clients")), key="app-5")
+        # the job keeps running after bad input: a new series shows up, its events sent with
+        # no key, a huge key and headers, which the job does not read
+        dup_lines = lines(recording("duplicate_clients"))
+        third = len(dup_lines) // 3
+        produce(t.bootstrap, t.events, dup_lines[:third], key=None)
+        produce(t.bootstrap, t.events, dup_lines[third : 2 * third], key="k" * 100_000)
+        produce(
+            t.bootstrap, t.events, dup_lines[2 * third :], headers=[("trace", b"1"), ("x", None)]
+        )
         dup = wait_for(
             "duplicate_connections finding",
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(

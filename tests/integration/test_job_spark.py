@@ -33,11 +33,14 @@ def _generator():
 gen = _generator()
 
 
-def _raw(spark, lines: list[str]):
-    rows = [(line, "connmon.events", 0, i) for i, line in enumerate(lines)]
-    df = spark.createDataFrame(rows, "value string, topic string, partition int, offset long")
+def _raw(spark, lines: list[str] | list[bytes | None]):
+    rows = [
+        (line.encode() if isinstance(line, str) else line, "connmon.events", 0, i)
+        for i, line in enumerate(lines)
+    ]
+    df = spark.createDataFrame(rows, "value binary, topic string, partition int, offset long")
     return df.selectExpr(
-        "CAST(value AS BINARY) AS value",
+        "value",
         "topic",
         "partition",
         "offset",
@@ -46,14 +49,23 @@ def _raw(spark, lines: list[str]):
 
 
 def test_malformed_records_get_the_documented_reasons(spark):
-    decoded = parse.Decoder(max_age_s=86400.0 * 3650, max_future_s=300)(_raw(spark, gen.MALFORMED))
+    values = [*gen.MALFORMED, *(v for v, _ in gen.KAFKA_REJECTS)]
+    reasons = [*gen.MALFORMED_REASONS, *(r for _, r in gen.KAFKA_REJECTS)]
+    decoded = parse.Decoder(max_age_s=86400.0 * 3650, max_future_s=300)(_raw(spark, values))
     got = decoded.select("offset", "reason")
-    expected = spark.createDataFrame(
-        list(enumerate(gen.MALFORMED_REASONS)), "offset long, reason string"
-    )
+    expected = spark.createDataFrame(list(enumerate(reasons)), "offset long, reason string")
     assertDataFrameEqual(got, expected)
     # every documented reason is exercised, and no other
-    assert set(gen.MALFORMED_REASONS) == set(DEADLETTER_REASONS)
+    assert set(reasons) == set(DEADLETTER_REASONS)
+
+
+def test_a_tombstone_is_a_dead_letter_without_bytes(spark):
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, [None, b""]))
+    rows = {r.reason: json.loads(r.value) for r in parse.dead_letters(decoded).collect()}
+    assert set(rows) == {"null_value", "empty_value"}
+    assert (rows["null_value"]["raw"], rows["null_value"]["raw_bytes"]) == (None, 0)
+    assert (rows["empty_value"]["raw"], rows["empty_value"]["raw_bytes"]) == ("", 0)
+    assert rows["null_value"]["detail"] == "the record has no value (a Kafka tombstone)"
 
 
 def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):

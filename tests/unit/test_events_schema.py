@@ -63,7 +63,9 @@ def _with(field: str, token: str) -> str:
     return _text({field: "@@"}).replace('"@@"', token)
 
 
-HOSTILE: list[tuple[str, bytes | str, str, str]] = [
+HOSTILE: list[tuple[str, bytes | str | None, str, str]] = [
+    ("a tombstone (no value)", None, "null_value", "Kafka tombstone"),
+    ("an empty value", b"", "empty_value", "is empty"),
     ("over the size limit", "{" + " " * MAX_EVENT_BYTES + "}", "too_large", "bytes, over the"),
     (
         "invalid UTF-8 in a string",
@@ -119,7 +121,7 @@ HOSTILE: list[tuple[str, bytes | str, str, str]] = [
     ("raw", "reason", "detail"), [h[1:] for h in HOSTILE], ids=[h[0] for h in HOSTILE]
 )
 def test_validate_rejects_each_hostile_shape_with_its_reason(
-    raw: bytes | str, reason: str, detail: str
+    raw: bytes | str | None, reason: str, detail: str
 ) -> None:
     v = validate(raw)
     assert (v.reason, v.event) == (reason, None)
