@@ -12,7 +12,6 @@ from streaming.metricnames.connmon import (
     AGGREGATE_METRICS,
     JOB_HOST_METRICS,
     JOB_METRICS,
-    JOB_PRODUCE_ERRORS,
 )
 
 LIBRARY_INFO = "connmon_client_library_info"
@@ -71,11 +70,6 @@ class ConnmonCollector:
             for name, value in status.values.items():
                 job[name].add_metric([status.job_id, status.query], value)
         yield from job.values()
-        produce = _family(JOB_PRODUCE_ERRORS.name)
-        for status in snap.statuses:
-            for topic, error, total in status.produce_errors:
-                produce.add_metric([status.job_id, status.query, topic, error], total)
-        yield produce
         for name, samples in job_host_samples(snap) + self_metric_samples(snap):
             family = _family(name)
             for labels, value in samples:

@@ -74,7 +74,6 @@ class JobStatus:
     query: str
     timestamp: float
     values: dict[str, float]  # metric name -> value
-    produce_errors: tuple[tuple[str, str, float], ...] = ()  # (topic, error, total)
     # (host, clock offset or None, skewed events, late events), hosts the job named
     hosts: tuple[tuple[str, float | None, float, float], ...] = ()
 
@@ -225,7 +224,6 @@ _STATUS_FIELDS = {
     "connmon_job_watermark_delay_seconds": "watermark_delay_s",
     "connmon_job_dead_letter_events_total": "dead_letter_total",
     "connmon_job_late_events_total": "late_events_total",
-    "connmon_job_partials_gate_failures_total": "partials_gate_failures_total",
 }
 
 
@@ -243,20 +241,11 @@ def parse_status(raw: bytes | str) -> JobStatus:
     if last_event is not None:
         values["connmon_job_last_event_timestamp_seconds"] = last_event
     values["connmon_job_last_batch_timestamp_seconds"] = timestamp
-    errors = obj.get("produce_errors") or []
-    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
-        raise InvalidMessage("invalid_value", "produce_errors is not a list of objects")
-    produced = tuple(
-        (clean(e.get("topic")), clean(e.get("error")), float(n))
-        for e in errors
-        if isinstance(n := e.get("total"), int | float) and not isinstance(n, bool)
-    )
     return JobStatus(
         clean(_req(obj, "job_id")),
         clean(obj.get("query"), ""),
         timestamp,
         values,
-        produced,
         _hosts(obj.get("hosts")),
     )
 

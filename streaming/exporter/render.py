@@ -22,7 +22,7 @@ from streaming.exporter.gzipjoin import Part
 from streaming.exporter.parse import Aggregate, Finding
 from streaming.exporter.store import Snapshot
 from streaming.metricnames import metric
-from streaming.metricnames.connmon import JOB_METRICS, JOB_PRODUCE_ERRORS, SERIES_LABELS
+from streaming.metricnames.connmon import JOB_METRICS, SERIES_LABELS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLOSES = "connmon_connection_closes_per_second"
@@ -147,12 +147,6 @@ class Renderer:
                 if m.name in s.values:
                     lt = label_text(m.labels, (s.job_id, s.query))
                     add(f"{m.name}{{{lt}}} {_value(s.values[m.name])}\n")
-        m = JOB_PRODUCE_ERRORS
-        add(_header(m.name))
-        for s in snap.statuses:
-            for topic, error, total in s.produce_errors:
-                lt = label_text(m.labels, (s.job_id, s.query, topic, error))
-                add(f"{m.name}{{{lt}}} {_value(total)}\n")
 
         for name, samples in job_host_samples(snap) + self_metric_samples(snap):
             add(_header(name))

@@ -51,16 +51,12 @@ def status(ts: float = NOW - 1, **over) -> bytes:
         "input_rows_per_s": 1200.5, "processed_rows_per_s": 2400.1, "num_input_rows": 2400,
         "watermark": iso(ts - 122), "watermark_delay_s": 122.1,
         "dead_letter_total": 3, "late_events_total": 0, "last_event_time": iso(ts - 0.2),
-        "produce_errors": [
-            {"topic": "connmon.aggregates", "error": "MSG_SIZE_TOO_LARGE", "total": 2}
-        ],
         "hosts": [
             {"host": "web-7", "clock_offset_s": 181.4, "skewed_events_total": 5520,
              "late_events_total": 0},
             {"host": "web-9", "clock_offset_s": None, "skewed_events_total": 0,
              "late_events_total": 12},
         ],
-        "partials_gate_failures_total": 1,
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

@@ -1,37 +1,42 @@
 """The job's per-series state, split into buckets that Spark's state store keeps and its
-executors process in parallel.
+executors process in parallel (the state query, ``pipeline``).
 
 A series belongs to bucket ``hash(series) mod buckets`` (``bucket_column``). A bucket's state is
 the open windows (``open_windows.OpenWindows``), the detectors' history and the firing findings
 (``tracker.Tracker``) of its series: one value in the state store, read and written once per
-batch that touches the bucket. Spark calls a Python stateful processor once per key and batch,
-at a few milliseconds each, so a key per series would not keep up with a fleet; a bucket of
-series amortises that call.
+batch that touches the bucket. Spark calls a Python stateful processor once per key and batch
+(a quarter of a millisecond each, measured), so a key per series would not keep up with a
+fleet; a bucket of series amortises that call.
 
-A bucket's input for one ingest batch is its partial rows, then an *end* marker that the driver
-writes once every row of the batch is written. The partials gate (``gate``) shows the state
-query each ingest batch whole, but should it fail the state query may read a batch's rows across
-two of its own batches, and a window must be judged on all of them, as when one process read
-the batch. Rows wait in the bucket's state until their batch's end arrives. Now and then an end
-marker carries a *tick*, the fleet's newest event time, and goes to every bucket: a bucket with
-rows learns event time from them; the ticks close the windows and resolve the findings of quiet
-buckets on the fleet's event time, as if one process held every series.
+The ingest query writes a bucket's partial rows of a batch as a few records (``ingest``), each
+holding every row of its series, so a series always applies an ingest batch whole. A record
+carries the batch's id and its part (which pass over the batch, which share of the series), and
+the bucket remembers the newest batch and the parts of it it applied: a batch the ingest query
+runs again after a crash is skipped. A record also carries the fleet's event time before its
+batch, against which its rows are judged late or not, as if one process read every batch in
+turn (the state query may read one ingest batch's records across two of its own batches).
+
+Quiet buckets learn the fleet's event time from Spark's event-time watermark over the records'
+newest event times: each bucket that holds anything sets an event-time timer for the next window
+boundary, so its windows close and its findings resolve as when one process held every series.
+Spark drops a stateful operator's input rows that are older than its watermark; here lateness is
+judged per window, against the fleet's time before each ingest batch, so the watermark Spark
+keeps trails the fleet's newest event time by ``SPARK_DELAY_S``, which no record can reach.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import worker
+from streaming.job.clocks import HostBatch
 from streaming.job.open_windows import SERIES, OpenWindows
 from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
@@ -40,40 +45,19 @@ from streaming.schema.aggregates import Aggregate
 from streaming.schema.times import iso, iso_now
 
 if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
     from pyspark.sql import Column
 
-END = "end"  # a record that closes an ingest batch for a bucket, not a partial row
-TICK = "tick"  # in an end record: the fleet's newest event time
-# What the stateful operator emits: records for the aggregates and findings topics, and one
-# ``stats`` row per bucket and batch.
-OUTPUT_SCHEMA = "kind string, key string, value string"
+# What the state query emits: records for the aggregates and findings topics, and, when there
+# is something to count, one row with ``topic`` null holding the bucket's ``Emitted.stats``.
+OUTPUT_SCHEMA = "topic string, key string, value string"
 STATE_SCHEMA = "state binary"
-# A bucket's saved state goes to Spark's state store as a list of pieces of at most this size.
-# Spark's Python state server reads a value-state update with a single socket read, so one of
-# more than a few tens of KiB (a bucket of a few thousand series) can arrive cut short and stop
-# the query; a list state's values travel as Arrow batches, which are read in full.
-STATE_PIECE_BYTES = 32 * 1024
-
-
-def state_pieces(blob: bytes) -> list[tuple[bytes]]:
-    """A saved bucket as list-state rows (``STATE_SCHEMA``), in order."""
-    n = STATE_PIECE_BYTES
-    return [(blob[i : i + n],) for i in range(0, len(blob), n)]
-
-
-def joined_state(rows: Iterable[tuple[bytes]]) -> bytes | None:
-    """The saved bucket from its list-state rows; None for none."""
-    blob = b"".join(bytes(r[0]) for r in rows)
-    return blob or None
-
-
-# A saved bucket: ``ZSTD_MAGIC``, the JSON's length (8 bytes, little-endian), the JSON as a
-# zstd frame (level 1, through pyarrow, which the executors load anyway). On this JSON zstd
-# takes about half of zlib's CPU both ways and its output is a quarter smaller. A bucket saved
-# as a zlib stream (an earlier connmon: it starts with 0x78, never with the magic) is still read.
-ZSTD_MAGIC = b"Z1"
+# A saved bucket: the JSON's length (8 bytes, little-endian), then the JSON as a zstd frame
+# (level 1, through pyarrow, which the executors load anyway). On this JSON zstd takes about half
+# of zlib's CPU both ways and its output is a quarter smaller.
+_LENGTH = 8
+# How far Spark's watermark over the records trails the fleet's newest event time: far enough
+# that Spark never finds a record late (it would drop it unseen), near enough to stay after 1970.
+SPARK_DELAY_S = 3650 * 86400
 
 
 @functools.cache
@@ -85,16 +69,13 @@ def _zstd() -> Any:
 
 def compress(raw: bytes) -> bytes:
     """A bucket's JSON as it is saved."""
-    return ZSTD_MAGIC + len(raw).to_bytes(8, "little") + _zstd().compress(raw, asbytes=True)
+    return len(raw).to_bytes(_LENGTH, "little") + _zstd().compress(raw, asbytes=True)
 
 
 def decompress(blob: bytes) -> bytes:
-    """The JSON of a saved bucket (zstd, or zlib as earlier versions saved it)."""
-    if not blob.startswith(ZSTD_MAGIC):
-        return zlib.decompress(blob)
-    n = len(ZSTD_MAGIC)
-    size = int.from_bytes(blob[n : n + 8], "little")
-    return _zstd().decompress(memoryview(blob)[n + 8 :], decompressed_size=size, asbytes=True)
+    """The JSON of a saved bucket."""
+    size = int.from_bytes(blob[:_LENGTH], "little")
+    return _zstd().decompress(memoryview(blob)[_LENGTH:], decompressed_size=size, asbytes=True)
 
 
 def bucket_column(buckets: int) -> Column:
@@ -114,14 +95,34 @@ def window_end_clock(agg: Aggregate) -> str:
     return agg.window_end
 
 
+class Record(NamedTuple):
+    """One ingest batch's partial rows of one bucket (JSON lines), as the state query reads
+    them. ``now``: the job's clock when that batch started (None in a replay); ``fleet``: the
+    fleet's newest event time before that batch (None for the first after a start)."""
+
+    batch: int
+    part: int
+    now: float | None
+    fleet: float | None
+    rows: str
+
+
 @dataclass
 class Emitted:
-    """What one bucket publishes for a call: in order, aggregates then findings."""
+    """What one bucket publishes for a call: aggregates, then findings, and what it counted."""
 
     aggregates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     findings: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     late: int = 0  # events whose window had closed
-    duplicates: int = 0  # partial rows written twice (an ingest batch re-run after a crash)
+    duplicates: int = 0  # records of an ingest batch already applied (run again after a crash)
+    hosts: dict[str, HostBatch] = field(default_factory=dict)  # hosts late or ahead only
+
+    def stats(self) -> dict[str, Any] | None:
+        """The counts for the driver; None when there is nothing to count."""
+        if not (self.late or self.duplicates or self.hosts):
+            return None
+        hosts = {h: b.to_dict() for h, b in self.hosts.items()}
+        return {"late": self.late, "duplicates": self.duplicates, "hosts": hosts}
 
 
 class Bucket:
@@ -131,7 +132,8 @@ class Bucket:
         self.cfg = cfg
         self.windows = OpenWindows(cfg.window_s, cfg.watermark_s)
         self.tracker = Tracker(cfg, clock)
-        self.pending: list[dict[str, Any]] = []  # rows of batches whose end has not come yet
+        self.applied: tuple[int, list[int]] | None = None  # newest ingest batch, its parts
+        self.timer_ms: int | None = None  # the event-time timer set in Spark (watermark, ms)
 
     @classmethod
     def load(
@@ -142,58 +144,94 @@ class Bucket:
             doc = orjson.loads(decompress(blob))
             b.windows.load_state(doc["windows"])
             b.tracker.load_state(doc["tracker"])
-            b.pending = doc["pending"]
+            applied = doc["applied"]
+            b.applied = None if applied is None else (applied[0], applied[1])
+            b.timer_ms = doc["timer_ms"]
         return b
 
     def dump(self) -> bytes:
         doc = {
             "windows": self.windows.to_state(),
             "tracker": self.tracker.to_state(),
-            "pending": self.pending,
+            "applied": self.applied,
+            "timer_ms": self.timer_ms,
         }
         return compress(orjson.dumps(doc))
 
     def empty(self) -> bool:
-        """Nothing left to remember: the state can be dropped (the next tick brings the
-        fleet's event time back)."""
+        """Nothing left to remember: the state can be dropped (an ingest batch written again
+        after that would be applied again, but a bucket is only emptied long after its last
+        rows, when its windows, history and findings have all expired)."""
         t = self.tracker
-        return not (self.windows.open or t.history or t.findings or self.pending)
+        return not (self.windows.open or t.history or t.findings)
 
-    def process(self, records: Iterable[dict[str, Any]], latest_only: bool = True) -> Emitted:
-        """Partial rows and end markers: each ingest batch whose end arrived is applied, in
-        batch order, with all its rows; rows of a batch not yet ended wait."""
+    def process(
+        self, records: Iterable[Record], fleet_s: float | None, latest_only: bool = True
+    ) -> Emitted:
+        """Apply the ingest batches' records in batch order, each whole and judged against
+        the fleet's event time before it; then move the fleet's event time on to ``fleet_s``
+        (from Spark's watermark; None before it has one): windows close, findings of quiet
+        series resolve. Without records (a timer), only the latter."""
         em = Emitted()
-        ends: dict[int, float | None] = {}  # batch -> its tick (None: none)
-        for r in records:
-            if END in r:
-                t, prev = r.get(TICK), ends.get(r["batch"])
-                ends[r["batch"]] = prev if t is None else t if prev is None else max(prev, t)
-            else:
-                self.pending.append(r)
-        for batch in sorted(ends):
-            due = sorted((r for r in self.pending if r["batch"] <= batch), key=lambda r: r["batch"])
-            self.pending = [r for r in self.pending if r["batch"] > batch]
-            groups = {b: list(rows) for b, rows in itertools.groupby(due, lambda r: r["batch"])}
-            groups.setdefault(batch, [])
-            for b in sorted(groups):
-                self._apply(groups[b], ends[batch] if b == batch else None, em)
+        for r in sorted(records, key=lambda r: (r.batch, r.part)):
+            if self._seen(r):
+                em.duplicates += 1
+                continue
+            self._advance(r.fleet, em)
+            self._apply([orjson.loads(line) for line in r.rows.split("\n")], r.now, em)
+            if self.applied is None or self.applied[0] != r.batch:
+                self.applied = (r.batch, [])
+            self.applied[1].append(r.part)
+        self._advance(fleet_s, em)
         if latest_only:  # a compacted topic: only a series' newest window matters
             em.aggregates = list(dict(em.aggregates).items())
         return em
 
-    def _apply(self, parts: list[dict[str, Any]], tick: float | None, em: Emitted) -> None:
-        """One ingest batch's rows (or only its tick) through windows, detectors, findings."""
-        if not parts and tick is None:
-            return
-        result = self.windows.apply(parts)
-        self.windows.advance(tick)
-        self.windows.evict()
+    def _seen(self, r: Record) -> bool:
+        """Applied already: a record of an older batch, or a part of the newest one (a batch
+        is written whole before the next, so its records come before the next batch's)."""
+        if self.applied is None:
+            return False
+        batch, parts = self.applied
+        return r.batch < batch or (r.batch == batch and r.part in parts)
+
+    def _advance(self, fleet_s: float | None, em: Emitted) -> None:
+        """The fleet's event time moved on to ``fleet_s``: once it is in a later window than
+        the findings were last judged in, windows close, quiet series' findings resolve."""
+        self.windows.advance(fleet_s)
+        end = self._fleet_end()
+        if end is not None and (self.tracker.max_window_end or "") < end:
+            self._apply([], None, em)
+
+    def _apply(self, parts: list[dict[str, Any]], now: float | None, em: Emitted) -> None:
+        """One ingest batch's rows (or none) through windows, detectors, findings."""
+        result = self.windows.apply(parts, bound=now)
         em.late += result.late
-        em.duplicates += result.duplicates
+        self._count_hosts(parts, result.late_by_host, now, em)
         aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
         out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
         em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
         em.findings += [(f.key, f.to_dict()) for f in out.findings]
+
+    def _count_hosts(
+        self,
+        parts: list[dict[str, Any]],
+        late: Mapping[str, int],
+        now: float | None,
+        em: Emitted,
+    ) -> None:
+        """Hosts with late events or a clock ahead of the job's (``clocks``): in a healthy
+        fleet, none, and nothing is built."""
+        ahead_after = None if now is None else now + self.cfg.clock_skew_tolerance_s
+        report = set(late)
+        if ahead_after is not None:
+            report.update(p["host"] for p in parts if (p.get("last_event_s") or 0) > ahead_after)
+        for host in report:
+            mine = [p for p in parts if p["host"] == host]
+            newest = max((p.get("last_event_s") or 0.0 for p in mine), default=None)
+            events = sum(int(p.get("events") or 0) for p in mine)
+            offset = None if now is None or newest is None else newest - now
+            em.hosts.setdefault(host, HostBatch()).add(events, late.get(host, 0), offset)
 
     def _fleet_end(self) -> str | None:
         t = self.windows.max_event_s
@@ -202,64 +240,91 @@ class Bucket:
         w = self.cfg.window_s
         return iso(math.floor(t / w) * w + w)
 
+    def next_timer_ms(self) -> int | None:
+        """When Spark should call this bucket without rows: once the watermark says the fleet's
+        event time passed the next window boundary (windows close, stale findings resolve,
+        history expires); None when the bucket holds nothing."""
+        t = self.windows.max_event_s
+        if t is None or self.empty():
+            return None
+        w = self.cfg.window_s
+        boundary = (math.floor(t / w) + 1) * w
+        return int(round((boundary - SPARK_DELAY_S) * 1000))
 
-def output_frame(em: Emitted) -> pd.DataFrame:
-    """One bucket's ``Emitted`` as rows of ``OUTPUT_SCHEMA``."""
-    import pandas as pd
 
-    kinds, keys, values = [], [], []
+def output_rows(em: Emitted, topics: Mapping[str, str]) -> Iterator[tuple[Any, ...]]:
+    """One bucket's ``Emitted`` as rows of ``OUTPUT_SCHEMA``: ``topics`` names the topic of
+    each kind (``aggregates``, ``findings``)."""
     for kind, records in (("aggregates", em.aggregates), ("findings", em.findings)):
+        topic = topics[kind]
         for key, value in records:
-            kinds.append(kind)
-            keys.append(key)
-            values.append(dumps(value))
-    kinds.append("stats")
-    keys.append(None)
-    values.append(dumps({"late": em.late, "duplicates": em.duplicates}))
-    # Object arrays made here and not copied: pandas would otherwise scan each list to infer
-    # its type, on every bucket of every batch.
-    columns = {"kind": kinds, "key": keys, "value": values}
-    return pd.DataFrame({k: _objects(v) for k, v in columns.items()}, copy=False)
+            yield (topic, key, dumps(value))
+    stats = em.stats()
+    if stats is not None:
+        yield (None, None, dumps(stats))
 
 
-def _objects(values: list[Any]) -> np.ndarray:
-    import numpy as np
-
-    a = np.empty(len(values), dtype=object)
-    a[:] = values
-    return a
-
-
-def _records(frames: Iterator[pd.DataFrame]) -> list[dict[str, Any]]:
-    return [orjson.loads(v) for pdf in frames for v in pdf["value"]]
+def fleet_time(watermark_ms: int) -> float | None:
+    """The fleet's newest event time (seconds) from Spark's watermark, which trails it by
+    ``SPARK_DELAY_S``; None before the first batch set one (Spark reports 0)."""
+    return None if watermark_ms <= 0 else watermark_ms / 1000.0 + SPARK_DELAY_S
 
 
 def make_processor(
-    cfg: DetectorConfig, clock: Callable[[Aggregate], str], latest_only: bool = True
+    cfg: DetectorConfig,
+    clock: Callable[[Aggregate], str],
+    topics: Mapping[str, str],
+    latest_only: bool = True,
 ) -> Any:
-    """The ``transformWithStateInPandas`` processor over buckets (built here so importing this
-    module needs no Spark)."""
+    """The ``transformWithState`` processor over buckets (built here so importing this module
+    needs no Spark)."""
+    from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
+
+    out = Row(*OUTPUT_SCHEMA.replace(",", "").split()[::2])
 
     class BucketProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
             worker.prepare()
-            self.state = handle.getListState("bucket", STATE_SCHEMA)
+            self.handle = handle
+            self.state = handle.getValueState("bucket", STATE_SCHEMA)
 
         def handleInputRows(  # noqa: N802 - Spark's API
             self,
             key: Any,
-            rows: Iterator[pd.DataFrame],
+            rows: Iterator[Any],
             timerValues: Any,  # noqa: N803
-        ) -> Iterator[pd.DataFrame]:
-            blob = joined_state(self.state.get())  # an empty list yields no row
-            bucket = Bucket.load(blob, cfg, clock)
-            em = bucket.process(_records(rows), latest_only)
+        ) -> Iterator[Any]:
+            records = [Record(r.batch, r.part, r.now, r.fleet, r.value) for r in rows]
+            return self._run(records, timerValues, None)
+
+        def handleExpiredTimer(  # noqa: N802 - Spark's API
+            self,
+            key: Any,
+            timerValues: Any,
+            expiredTimerInfo: Any,  # noqa: N803
+        ) -> Iterator[Any]:
+            return self._run([], timerValues, expiredTimerInfo.getExpiryTimeInMs())
+
+        def _run(self, records: list[Record], timer_values: Any, fired: int | None) -> Any:
+            saved = self.state.get()
+            bucket = Bucket.load(None if saved is None else bytes(saved[0]), cfg, clock)
+            if fired is not None and bucket.timer_ms == fired:
+                bucket.timer_ms = None  # Spark deletes a timer once it has fired
+            fleet = fleet_time(timer_values.getCurrentWatermarkInMs())
+            em = bucket.process(records, fleet, latest_only)
+            want = bucket.next_timer_ms()
+            if want != bucket.timer_ms:
+                if bucket.timer_ms is not None:
+                    self.handle.deleteTimer(bucket.timer_ms)
+                if want is not None:
+                    self.handle.registerTimer(want)
+                bucket.timer_ms = want
             if bucket.empty():
                 self.state.clear()
             else:
-                self.state.put(state_pieces(bucket.dump()))
-            yield output_frame(em)
+                self.state.update((bucket.dump(),))
+            return iter([out(*r) for r in output_rows(em, topics)])
 
         def close(self) -> None:
             pass

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 META = "connmon.json"
-LAYOUT = 3  # the job's two queries; each bucket's state a list of pieces in Spark's state store
+# The job's two queries; one record per bucket and batch between them; each bucket's state one
+# value in Spark's state store, with event-time timers.
+LAYOUT = 4
 INGEST_QUERY = "aggregates"  # reads the events topic; its name in status records
 STATE_QUERY = "state"  # holds the series' state; reads the partials topic
 
@@ -25,7 +27,7 @@ STATE_QUERY = "state"  # holds the series' state; reads the partials topic
 @dataclass(frozen=True)
 class Meta:
     layout: int
-    run_id: str  # tags partial rows: rows of an earlier checkpoint on the topic are ignored
+    run_id: str  # tags the partials topic's records: an earlier checkpoint's are ignored
     window_s: float
     state_buckets: int
 

@@ -7,12 +7,12 @@ written before the batch began, so an event time beyond that instant says the ag
 ahead. Without the bound, an agent 3 minutes fast would put the watermark a minute ahead of real
 time and make every other host's current window late.
 
-Per host and ingest batch, on the executors: events, the newest event time, and the events that
-arrived behind the watermark. Only a host that is ahead of the job's clock or has late events is
-sent to the driver, so its work grows with the hosts that misbehave, not with the fleet. The
-driver measures such a host's clock offset against the batch's event time (the newest event time
-of the batch, bounded as above), keeps totals per host for the status record, and forgets a host
-an hour after its last report. Pure Python: no Spark, no clock of its own.
+Per host and batch, where the series' state is (each state bucket on its executor): events, the
+events that arrived behind the watermark, and the host's clock offset (its newest event time
+minus the job's clock when the batch started). Only a host with late events or a clock ahead of
+the job's is reported to the driver, so the driver's work grows with the hosts that misbehave,
+not with the fleet. The driver keeps totals per host for the status record and forgets a host an
+hour after its last report. Pure Python: no Spark, no clock of its own.
 """
 
 from __future__ import annotations
@@ -39,28 +39,23 @@ def bounded(newest: float | None, now: float | None) -> float | None:
 
 @dataclass
 class HostBatch:
-    """One host in one ingest batch (summed over the executors' partitions)."""
+    """One host in one batch (summed over the state buckets that hold its series)."""
 
     events: int = 0
     late: int = 0
-    newest: float | None = None
+    offset_s: float | None = None  # newest event time - the job's clock (None: replay)
 
-    def add(self, events: int, late: bool, newest: float | None) -> None:
+    def add(self, events: int, late: int, offset_s: float | None) -> None:
         self.events += events
-        if late:
-            self.late += events
-        if newest is not None and (self.newest is None or newest > self.newest):
-            self.newest = newest
+        self.late += late
+        if offset_s is not None and (self.offset_s is None or offset_s > self.offset_s):
+            self.offset_s = offset_s
 
     def merge(self, other: Mapping[str, Any]) -> None:
-        self.events += int(other.get("events") or 0)
-        self.late += int(other.get("late") or 0)
-        t = other.get("newest")
-        if t is not None and (self.newest is None or t > self.newest):
-            self.newest = t
+        self.add(int(other.get("events") or 0), int(other.get("late") or 0), other.get("offset_s"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"events": self.events, "late": self.late, "newest": self.newest}
+        return {"events": self.events, "late": self.late, "offset_s": self.offset_s}
 
 
 def merge_hosts(into: dict[str, HostBatch], other: Mapping[str, Mapping[str, Any]]) -> None:
@@ -86,19 +81,15 @@ class HostClocks:
     tolerance_s: float
     hosts: dict[str, HostClock] = field(default_factory=dict)
 
-    def update(self, batch: Mapping[str, HostBatch], fleet_s: float | None, now: float) -> None:
-        """Fold one ingest batch's reported hosts in. ``fleet_s``: the batch's bounded event
-        time, the reference for the offsets."""
+    def update(self, batch: Mapping[str, HostBatch], now: float) -> None:
+        """Fold one batch's reported hosts in."""
         for host, h in batch.items():
             c = self.hosts.setdefault(host, HostClock())
             c.seen_at = now
             c.late_events += h.late
-            if fleet_s is None or h.newest is None:
-                continue
-            offset = h.newest - fleet_s
-            if abs(offset) > self.tolerance_s:
+            if h.offset_s is not None and abs(h.offset_s) > self.tolerance_s:
                 c.skewed_events += h.events
-                c.offset_s, c.offset_at = round(offset, 3), now
+                c.offset_s, c.offset_at = round(h.offset_s, 3), now
         for host in [k for k, c in self.hosts.items() if now - c.seen_at > FORGET_AFTER_S]:
             del self.hosts[host]
 

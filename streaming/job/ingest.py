@@ -1,146 +1,67 @@
 """The ``foreachBatch`` step of the ingest query: a micro-batch of raw records -> decoded ->
-partial window rows (one Spark aggregation) -> written, keyed by state bucket, for the state
-query; then, when the fleet's event time has moved on by ``tick_every_s``, one tick per bucket
-with the fleet's newest event time; dead letters when the batch has any. The driver handles
-counts only: partial rows go from the executors to their sink.
-
-The fleet's event time is bounded by the job's clock and partial rows behind the watermark are
-dropped and counted here, per host (``clocks``), so the state query rarely sees a late one.
+partial window rows (one Spark aggregation) -> records for the state query, a few per state
+bucket; dead letters when the batch has any. Everything per row happens in Spark's own functions and
+its Kafka writer; the driver gets counts only, through an ``Observation``.
 
 Decoding happens here, not on the stream: Spark hands ``foreachBatch`` its batch as an already
 computed RDD, so columns computed before it are computed in full for every row and every action
-on the batch (measured: a third slower per batch, see benchmarks/job/README.md)."""
+on the batch (measured: a third slower per batch, see benchmarks/job/README.md).
+
+Records the built-in checks cannot vouch for (``parse.UNVERIFIED``: in a healthy fleet, none)
+and rejected records are handled by a second read of the batch, only when it has any: there
+``validate`` judges the unverified ones, rejected records go to the dead letters, and the
+events it accepts become partial rows of their own (the batch's second pass).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import clocks, parse, partial_rows
-from streaming.job.buckets import END, TICK, bucket_column
+from streaming.job.buckets import bucket_column
+from streaming.job.open_windows import SERIES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
+# The columns of the records for the state query (``Ingest.records``), whatever carries them.
+RECORD_COLUMNS = ("key", "value", "batch", "part", "now", "fleet", "t")
+# A bucket's partial rows of one pass over a batch go out as up to this many records, split by
+# series, so that a record stays far below the partials topic's size limit even for a bucket of
+# a hundred thousand series (about 600 bytes a row). Parts ``pass * PARTS + i``.
+PARTS = 16
+
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What the status record needs from the newest ingest batch (and the state query's late
-    count)."""
+    """What the status record needs from the newest ingest batch."""
 
     batch_id: int
-    watermark_s: float | None
-    max_event_s: float | None
     dead_letter_total: int  # since the job started
-    late_events_total: int  # since the job started
     input_rows: int = 0  # records of this batch: valid and rejected
-    hosts: list[dict[str, Any]] = field(default_factory=list)  # clocks.HostClocks.snapshot
-
-
-@dataclass
-class BatchCounts:
-    """Counted while a batch's partial rows are written."""
-
-    events: Counter[str] = field(default_factory=Counter)  # reason ("" = valid) -> records
-    max_event_s: float | None = None  # newest event time, bounded by the job's clock
-    buckets: set[int] = field(default_factory=set)  # buckets that got rows
-    late: int = 0  # events of rows behind the watermark: counted, not written
-    hosts: dict[str, clocks.HostBatch] = field(default_factory=dict)  # reported hosts only
-
-    @property
-    def rejected(self) -> dict[str, int]:
-        return {r: n for r, n in self.events.items() if r}
-
-
-@dataclass(frozen=True)
-class BatchContext:
-    """What the executors need to know of the batch whose partial rows they write. Kept out of
-    the Spark plan: a literal that changes every batch makes Spark generate and compile its
-    code again every batch."""
-
-    batch: int
-    window_s: float
-    now: float | None = None  # the job's clock when the batch started (None: replay)
-    watermark_s: float | None = None  # rows of windows ending at or before it are late
-    tolerance_s: float = 0.0  # an event newer than now by more than this: clock ahead
-
-
-# The columns of a batch's partial rows (``Ingest.rows``), in the order ``count_rows`` reads them.
-PARTIAL_COLUMNS = (
-    "bucket",
-    "key",
-    "value",
-    "reason",
-    "events",
-    "host",
-    "window_start_s",
-    "last_event_s",
-)
-
-
-class Record(NamedTuple):
-    key: str
-    value: str
-
-
-# Writes a batch's partial rows (``Ingest.rows``) through ``count_rows`` and returns the
-# counts; writes end markers ``(key, value)``.
-PartialsWriter = Callable[["DataFrame", BatchContext], BatchCounts]
-EndWriter = Callable[[list[tuple[str, dict[str, Any]]]], None]
+    rejected: dict[str, int] = field(default_factory=dict)  # this batch's, by reason
 
 
 def bucket_key(run_id: str, bucket: int | str) -> str:
-    """Kafka key of a partial row or end marker: one bucket's records stay in order on one
-    partition, and records of another checkpoint's run are told apart (``bucket_key(run, "")``
-    is the run's prefix)."""
+    """Kafka key of a bucket's records: one bucket's records stay in order on one partition,
+    and records of another checkpoint's run are told apart (``bucket_key(run, "")`` is the
+    run's prefix)."""
     return f"{run_id}:{bucket}"
 
 
-def tick_due(ticked: float | None, newest: float | None, every_s: float) -> bool:
-    """Whether the fleet's newest event time has moved on enough since the last tick."""
-    return newest is not None and (ticked is None or newest - ticked >= every_s)
-
-
-def count_rows(rows: Iterable[Any], counts: BatchCounts, ctx: BatchContext) -> Iterator[Record]:
-    """``rows`` (tuples in ``PARTIAL_COLUMNS`` order) -> the valid rows that are not late, as
-    records for the partials topic (the value gets the batch id and the event time bounded by
-    the job's clock, ``progress_s``); every row's events counted by reason, and per host the
-    hosts with late rows or a clock ahead of the job's (``counts.hosts``)."""
-    hosts: dict[str, clocks.HostBatch] = {}
-    report: set[str] = set()
-    wm, now = ctx.watermark_s, ctx.now
-    ahead_after = None if now is None else now + ctx.tolerance_s
-    # By position (``PARTIAL_COLUMNS``): a Spark Row's attribute lookup is a list search.
-    for bucket, key, value, reason, events, host, window_start_s, last in rows:
-        counts.events[reason or ""] += events
-        if reason is not None:
-            continue
-        late = wm is not None and window_start_s + ctx.window_s <= wm
-        h = hosts.get(host)
-        if h is None:
-            h = hosts[host] = clocks.HostBatch()
-        h.add(events, late, last)
-        if late or (ahead_after is not None and last > ahead_after):
-            report.add(host)
-        if late:
-            counts.late += events
-            continue
-        counts.buckets.add(bucket)
-        progress = clocks.bounded(last, now)
-        if counts.max_event_s is None or progress > counts.max_event_s:
-            counts.max_event_s = progress
-        tail = f',"batch":{ctx.batch},"progress_s":{progress!r}}}'
-        yield Record(key, value[:-1] + tail)
-    for host in report:
-        counts.hosts[host] = hosts[host]
+# Writes a frame of ``RECORD_COLUMNS`` (Kafka in the live job, files in a replay); writes dead
+# letters (``parse.dead_letters`` rows).
+RecordWriter = Callable[["DataFrame"], None]
+DeadLetterWriter = Callable[["DataFrame"], None]
 
 
 class Ingest:
@@ -151,32 +72,23 @@ class Ingest:
         cfg: DetectorConfig,
         run_id: str,
         buckets: int,
-        write_partials: PartialsWriter,
-        write_ends: EndWriter,
-        write_dead_letters: Callable[[DataFrame, int], None],
+        write_records: RecordWriter,
+        write_dead_letters: DeadLetterWriter,
         max_age_s: float | None = None,
         max_future_s: float | None = None,
-        tick_every_s: float = 0.0,
         bound_by_clock: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_id = run_id
         self.buckets = buckets
-        self.write_partials = write_partials
-        self.write_ends = write_ends
+        self.write_records = write_records
         self.write_dead_letters = write_dead_letters
         self.max_age_s = max_age_s
         self.max_future_s = max_future_s
-        self.max_event_s: float | None = None  # newest event time since the job started
-        # Every tick wakes every bucket (a Python call each, milliseconds): a bucket with rows
-        # learns event time from them, so quiet buckets need the fleet's time only now and then.
-        self.tick_every_s = tick_every_s
-        self._ticked: float | None = None  # event time of the last tick
-        self.dead_letter_total = 0
-        self.late_total = 0
         # Live, the fleet's event time never passes the job's clock; replay has no "now".
         self.bound_by_clock = bound_by_clock
-        self.hosts = clocks.HostClocks(cfg.clock_skew_tolerance_s)
+        self.fleet_s: float | None = None  # the fleet's newest event time, bounded
+        self.dead_letter_total = 0
         self.stats: BatchStats | None = None
 
     @cached_property
@@ -188,112 +100,105 @@ class Ingest:
         """Built on first use: Spark columns need a SparkContext."""
         return partial_rows.PartialRows(self.cfg)
 
-    def watermark(self) -> float | None:
-        """Newest event time of earlier batches minus the watermark, as the state query's."""
-        return None if self.max_event_s is None else self.max_event_s - self.cfg.watermark_s
-
-    def rows(self, decoded: DataFrame) -> DataFrame:
-        """The batch's partial rows for ``count_rows``: ``key`` and ``value`` (JSON, without
-        the batch's own values), ``reason``, ``events``, ``host``, ``window_start_s``,
-        ``last_event_s``. The same plan every batch, so Spark compiles it once."""
+    def records(
+        self, parts: DataFrame, batch: int, first: int, now: float | None, fleet: float | None
+    ) -> DataFrame:
+        """Valid partial rows -> records (``RECORD_COLUMNS``), a bucket's rows in up to
+        ``PARTS`` of them (``first`` + a hash of the series), each with its rows as JSON lines
+        and their newest event time ``t``."""
         from pyspark.sql import functions as F
 
-        parts = self.aggregate(decoded)
         fields = [F.col(c) for c in parts.columns if c != "reason"]
-        value = F.to_json(F.struct(*fields))
-        key = F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string"))
-        computed = {
-            "key": F.when(F.col("reason").isNull(), key),
-            "value": F.when(F.col("reason").isNull(), value),
-        }
-        return parts.withColumn("bucket", bucket_column(self.buckets)).select(
-            *[computed[c].alias(c) if c in computed else F.col(c) for c in PARTIAL_COLUMNS]
+        # Salted: a hash of the series alone would pick the part from the bucket number.
+        part = F.lit(first) + F.pmod(F.xxhash64(F.lit("part"), *[F.col(k) for k in SERIES]), PARTS)
+        grouped = (
+            parts.withColumn("bucket", bucket_column(self.buckets))
+            .withColumn("part", part.cast("int"))
+            .groupBy("bucket", "part")
+            .agg(
+                F.concat_ws("\n", F.collect_list(F.to_json(F.struct(*fields)))).alias("value"),
+                F.max("last_event_s").alias("t"),
+            )
         )
-
-    def context(self, batch_id: int, now: float | None) -> BatchContext:
-        return BatchContext(
-            batch_id, self.cfg.window_s, now, self.watermark(), self.cfg.clock_skew_tolerance_s
+        # Strings, not numbers: Spark compiles a number into the code it generates, and a value
+        # that changes every batch would make it generate and compile that code every batch.
+        return grouped.select(
+            F.concat(F.lit(bucket_key(self.run_id, "")), F.col("bucket").cast("string")).alias(
+                "key"
+            ),
+            "value",
+            F.lit(str(batch)).cast("long").alias("batch"),
+            "part",
+            F.lit(None if now is None else repr(now)).cast("double").alias("now"),
+            F.lit(None if fleet is None else repr(fleet)).cast("double").alias("fleet"),
+            "t",
         )
 
     def __call__(self, raw: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         t0 = time.perf_counter()
         now = time.time()
-        df = self.decode(raw, now=now)
         bound = now if self.bound_by_clock else None
-        counts = self.write_partials(self.rows(df), self.context(batch_id, bound))
-        t1 = time.perf_counter()
-        if counts.rejected:  # a second read of this batch, only when it holds bad records
-            self.write_dead_letters(df, batch_id)
-        if counts.hosts:
-            fleet = counts.max_event_s if counts.max_event_s is not None else self.max_event_s
-            self.hosts.update(counts.hosts, clocks.bounded(fleet, bound), now)
-        if counts.max_event_s is not None and (
-            self.max_event_s is None or counts.max_event_s > self.max_event_s
-        ):
-            self.max_event_s = counts.max_event_s
-        # After the partial rows, on each bucket's partition: the end of this batch, for the
-        # buckets that got rows, or for every bucket with the fleet's time when a tick is due.
-        end: dict[str, Any] = {"batch": batch_id, END: True}
-        if tick_due(self._ticked, self.max_event_s, self.tick_every_s):
-            end[TICK], self._ticked = self.max_event_s, self.max_event_s
-            to = range(self.buckets)
-        else:
-            to = sorted(counts.buckets)
-        if to:
-            self.write_ends([(bucket_key(self.run_id, b), end) for b in to])
-        self.dead_letter_total += sum(counts.rejected.values())
-        self.late_total += counts.late
-        self.stats = BatchStats(
-            batch_id,
-            self.watermark(),
-            self.max_event_s,
-            self.dead_letter_total,
-            self.late_total,
-            sum(counts.events.values()),
-            self.hosts.snapshot(now) if self.hosts.hosts else [],
+        decoded = self.decode(raw, now=now)
+        valid = F.col("reason").isNull()
+        seen = Observation(f"ingest-{batch_id}")
+        parts = self.aggregate(decoded).observe(
+            seen,
+            F.sum(F.when(valid, F.col("events"))).alias("valid"),
+            F.max(F.when(valid, F.col("last_event_s"))).alias("newest"),
+            F.collect_list(F.when(~valid, F.struct("reason", "events"))).alias("rejected"),
         )
+        self.write_records(self.records(parts.where(valid), batch_id, 0, bound, self.fleet_s))
+        m = seen.get
+        events: Counter[str] = Counter({"": int(m["valid"] or 0)})
+        newest = [m["newest"]]
+        t1 = time.perf_counter()
+        if m["rejected"]:  # a second read of this batch, only when it holds such records
+            counts, accepted_newest = self._second_read(decoded, batch_id, now, bound)
+            events.update(counts)
+            newest.append(accepted_newest)
+        batch_newest = max((t for t in newest if t is not None), default=None)
+        if batch_newest is not None:
+            self.fleet_s = clocks.bounded(max(batch_newest, self.fleet_s or batch_newest), bound)
+        rejected = {r: n for r, n in events.items() if r}
+        self.dead_letter_total += sum(rejected.values())
+        self.stats = BatchStats(batch_id, self.dead_letter_total, sum(events.values()), rejected)
         log.info(
-            "batch %d: %d record(s), %d rejected, %d late; partial rows %.2fs, dead letters and "
-            "ends %.2fs",
+            "batch %d: %d record(s), %d rejected; partial rows %.2fs, second read %.2fs",
             batch_id,
-            sum(counts.events.values()),
-            sum(counts.rejected.values()),
-            counts.late,
+            sum(events.values()),
+            sum(rejected.values()),
             t1 - t0,
             time.perf_counter() - t1,
         )
 
+    def _second_read(
+        self, decoded: DataFrame, batch_id: int, now: float, bound: float | None
+    ) -> tuple[Counter[str], float | None]:
+        """The batch's unverified records judged by ``validate``, its rejected records written
+        as dead letters, the events ``validate`` accepted written as the batch's second pass.
+        Returns that read's counts by reason ("" for the accepted events) and the newest
+        accepted event time."""
+        from pyspark.sql import functions as F
 
-def counts_dict(c: BatchCounts) -> dict[str, Any]:
-    """``BatchCounts`` as the plain dict an executor sends back (``merge_counts`` reads it)."""
-    return {
-        "events": dict(c.events),
-        "max_event_s": c.max_event_s,
-        "buckets": sorted(c.buckets),
-        "late": c.late,
-        "hosts": {h: b.to_dict() for h, b in c.hosts.items()},
-    }
-
-
-def merge_counts(into: BatchCounts, other: Mapping[str, Any]) -> None:
-    """Fold counts sent back from an executor (``counts_dict``)."""
-    into.events.update(other.get("events") or {})
-    into.buckets.update(other.get("buckets") or ())
-    into.late += int(other.get("late") or 0)
-    clocks.merge_hosts(into.hosts, other.get("hosts") or {})
-    t = other.get("max_event_s")
-    if t is not None and (into.max_event_s is None or t > into.max_event_s):
-        into.max_event_s = t
-
-
-class CountsParam:
-    """Spark accumulator of ``BatchCounts`` (as plain dicts) from the executors."""
-
-    def zero(self, _value: dict) -> dict:
-        return counts_dict(BatchCounts())
-
-    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 - Spark's API
-        c = BatchCounts()
-        merge_counts(c, a)
-        merge_counts(c, b)
-        return counts_dict(c)
+        rest = self.decode.verify(decoded.where(F.col("reason").isNotNull()), now)
+        rest = rest.persist()
+        try:
+            valid = F.col("reason").isNull()
+            counts: Counter[str] = Counter()
+            newest = None
+            newest_s = F.max(F.unix_micros("ts")) / F.lit(1e6)
+            for r in rest.groupBy("reason").agg(F.count("*"), newest_s).collect():
+                counts[r[0] or ""] = int(r[1])
+                if r[0] is None:
+                    newest = r[2]
+            if len(counts) > (1 if counts[""] else 0):
+                self.write_dead_letters(parse.dead_letters(rest))
+            if counts[""]:
+                accepted = self.aggregate(rest.where(valid))
+                self.write_records(self.records(accepted, batch_id, PARTS, bound, self.fleet_s))
+            return counts, newest
+        finally:
+            rest.unpersist()

@@ -2,14 +2,13 @@
 
 Each micro-batch aggregates its own events into *partial* rows per (window, series) with
 mergeable statistics only (sums, minima, maxima, values taken at the latest event time). This
-module merges them into the open windows, applies the event-time watermark, counts late events,
-and turns a window into the finished row that ``records`` reads. Pure Python: the job keeps one
-``OpenWindows`` per state bucket (``buckets``), saved as a JSON-able document in Spark's state
-store.
+module merges them into the open windows, applies the event-time watermark, counts late events
+(per host), and turns a window into the finished row that ``records`` reads. Pure Python: the
+job keeps one ``OpenWindows`` per state bucket (``buckets``), saved in Spark's state store.
 
-Watermark: the newest event time of the whole fleet seen in earlier batches (each bounded by the
-job's clock when its batch started) minus ``watermark_s``. An event is late when its window
-ended at or before the watermark (the window was closed and evicted).
+Watermark: the fleet's newest event time (each event time bounded by the job's clock when its
+batch started) minus ``watermark_s``. An event is late when its window ended at or before the
+watermark (the window was closed and evicted).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streaming.job.clocks import bounded
 from streaming.schema.aggregates import SERIES_FIELDS, key_part
 from streaming.schema.events import STATE_NAMES
 
@@ -105,20 +105,17 @@ _STATE_COLS = tuple(
 _COPIED = ("window_start_s", *SERIES, *MAX_FIELDS, *MIN_FIELDS)
 # An open window is a list holding these fields by position: restoring a bucket is then a
 # JSON parse, and saving one a JSON dump, with no per-window dict to build or take apart (a
-# bucket holds thousands of windows and is restored and saved every batch). ``_batch`` and
-# ``_parts`` say which partial rows it merged (``_seen``); ``_<field>_t`` the time of a value
-# taken at the newest or oldest event (``HB_BY_TIME``).
+# bucket holds thousands of windows and is restored and saved every batch). ``_<field>_t`` is
+# the time of a value taken at the newest or oldest event (``HB_BY_TIME``).
 WINDOW_FIELDS = (
     *_COPIED,
     *SUM_FIELDS,
     *(c for _state, _names, cols in _STATE_COLS for c in cols),
     *(f for f, _t, _newest in HB_BY_TIME),
     *(f"_{f}_t" for f, _t, _newest in HB_BY_TIME),
-    "_batch",
-    "_parts",
 )
 _AT = {f: i for i, f in enumerate(WINDOW_FIELDS)}
-_START, _BATCH, _PARTS = _AT["window_start_s"], _AT["_batch"], _AT["_parts"]
+_START = _AT["window_start_s"]
 _MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
 _MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
 _SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
@@ -234,24 +231,11 @@ def finish(w: list[Any], window_s: float) -> dict[str, Any]:
 
 
 _KEY_FIELDS = ("window_start_s", *SERIES)
-# Grouping keys of a partial row besides window and series (``partial_rows.PartialRows``): a
-# batch may hold several rows of one window that differ only in these.
-_PART_FIELDS = (
-    "broker_endpoint",
-    "client_library",
-    "client_version",
-    flat_col("ESTABLISHED", "dup_conn"),
-)
 
 
 def window_key(part: Mapping[str, Any]) -> str:
     """JSON-safe key of a (window, series)."""
     return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _KEY_FIELDS)
-
-
-def part_key(part: Mapping[str, Any]) -> str:
-    """Which of a batch's partial rows of one window this is."""
-    return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _PART_FIELDS)
 
 
 @dataclass
@@ -260,16 +244,12 @@ class BatchResult:
     late: int  # events of this batch whose window had closed
     watermark_s: float | None  # watermark in effect for this batch
     max_event_s: float | None  # newest event time seen so far
-    duplicates: int = 0  # partial rows already merged (a batch written again after a crash)
+    late_by_host: dict[str, int] = field(default_factory=dict)  # the late events, per host
 
 
 @dataclass
 class OpenWindows:
-    """The open windows of some series and the newest event time of the whole fleet.
-
-    Partial rows carry the id of the batch that made them (``batch``). A window remembers the
-    newest batch merged into it and which of that batch's rows it holds, so a batch written
-    again after a crash is merged once (a window's rows arrive in batch order)."""
+    """The open windows of some series and the newest event time of the whole fleet."""
 
     window_s: float
     watermark_s: float
@@ -280,37 +260,40 @@ class OpenWindows:
         return None if self.max_event_s is None else self.max_event_s - self.watermark_s
 
     def advance(self, max_event_s: float | None) -> None:
-        """Event time moved on elsewhere in the fleet (the newest event time of a batch)."""
+        """Event time moved on elsewhere in the fleet."""
         self.max_event_s = _max(self.max_event_s, max_event_s)
 
-    def apply(self, partials: Iterable[Mapping[str, Any]]) -> BatchResult:
-        """Merge one batch's partial rows; evict the windows the new watermark closes."""
+    def apply(
+        self, partials: Iterable[Mapping[str, Any]], bound: float | None = None
+    ) -> BatchResult:
+        """Merge one batch's partial rows; evict the windows the new watermark closes.
+        ``bound``: the job's clock when the batch started; a row's event time beyond it is
+        evidence of the fleet's event time only up to it (``clocks``)."""
         wm = self.watermark()
         touched: dict[str, None] = {}  # insertion-ordered set
-        late = duplicates = 0
+        late = 0
+        late_by_host: dict[str, int] = {}
         newest = self.max_event_s
         for part in partials:
             if wm is not None and part["window_start_s"] + self.window_s <= wm:
-                late += int(part.get("events") or 0)
+                n = int(part.get("events") or 0)
+                late += n
+                host = part["host"]
+                late_by_host[host] = late_by_host.get(host, 0) + n
                 continue
             key = window_key(part)
+            newest = _max(newest, bounded(part.get("last_event_s"), bound))
             w = self.open.get(key)
-            if w is not None and _seen(w, part):
-                duplicates += 1
-                continue
-            progress = part.get("progress_s")  # bounded by the job's clock (``clocks``)
-            newest = _max(newest, part.get("last_event_s") if progress is None else progress)
             if w is None:
-                w = self.open[key] = new_window(part)
+                self.open[key] = new_window(part)
             else:
                 merge(w, part)
-            _remember(w, part)
             touched[key] = None
         order = sorted(touched, key=lambda k: (self.open[k][_START], k))
         rows = [finish(self.open[k], self.window_s) for k in order]
         self.max_event_s = newest
         self.evict()
-        return BatchResult(rows, late, wm, self.max_event_s, duplicates)
+        return BatchResult(rows, late, wm, self.max_event_s, late_by_host)
 
     def evict(self) -> None:
         """Forget the windows the watermark closed."""
@@ -347,19 +330,3 @@ class OpenWindows:
             rows = [[row[at[f]] if f in at else None for f in WINDOW_FIELDS] for row in rows]
         self.open = dict(zip(state["open_keys"], rows, strict=True))
         self.max_event_s = state["max_event_s"]
-
-
-def _seen(w: list[Any], part: Mapping[str, Any]) -> bool:
-    batch, merged = part.get("batch"), w[_BATCH]
-    if batch is None or merged is None:
-        return False
-    return batch < merged or (batch == merged and part_key(part) in w[_PARTS])
-
-
-def _remember(w: list[Any], part: Mapping[str, Any]) -> None:
-    batch = part.get("batch")
-    if batch is None:
-        return
-    if w[_BATCH] != batch:
-        w[_BATCH], w[_PARTS] = batch, []
-    w[_PARTS].append(part_key(part))

@@ -3,12 +3,14 @@
 Input frames have Kafka's source shape (``value`` binary or string, ``topic``, ``partition``,
 ``offset``, ``timestamp``); the file source is brought to the same shape by ``pipeline``.
 
-Two paths, one verdict. Spark's ``from_json`` is fast but more lenient than the contract (it
+Two steps, one verdict. Spark's ``from_json`` is fast but more lenient than the contract (it
 reads ``12345`` into a string field, ignores what follows the first object, turns a lone
-surrogate escape into ``?``). So every record gets cheap built-in checks, and a record passes
-on this fast path only when they prove ``validate`` would accept it with the same values. Every
-other record (in a healthy fleet: almost none) goes through ``validate`` itself in a Python UDF,
-which gives the reason and detail. A property test checks both paths agree.
+surrogate escape into ``?``). So every record gets cheap built-in checks (``Decoder``), and a
+record is accepted there only when they prove ``validate`` would accept it with the same values.
+Every other record is *unverified* (in a healthy fleet: almost none) and is judged later by
+``validate`` itself, in a Python UDF that only those records reach (``Decoder.verify``: the
+ingest query reads a batch a second time only when it holds such records). A property test
+checks both steps together agree with ``validate`` on every record.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from streaming.schema import events, validate
 from streaming.schema.events import MAX_EVENT_BYTES, MAX_STRING_CHARS
 
 CORRUPT = "_corrupt"
+UNVERIFIED = "_unverified"  # a reason until ``Decoder.verify`` gives the real one, or none
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
 DEAD_LETTER_RAW_BYTES = 4096  # dead letters carry this much of the record, plus size and hash
 NOW_STEP_S = validate.NOW_STEP_S
@@ -166,9 +169,7 @@ def _fast_accepts(e: str) -> Column:
 
 def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
     """``validate`` as a pandas UDF: raw bytes (null: not needed) and now (epoch seconds) ->
-    its verdict as JSON (``_slow_schema``), null where the raw bytes are null (a record the
-    decoder judged without it: too large, or a tombstone). Every row of a
-    batch passes through the UDF, so a batch with nothing to validate costs next to nothing."""
+    its verdict as JSON (``_slow_schema``), null where the raw bytes are null."""
     import numpy as np
     import pandas as pd
 
@@ -188,8 +189,9 @@ def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
 
 class Decoder:
     """Raw records -> one row each with the event's fields, ``ts`` (event time), ``reason`` and
-    ``detail`` (null when valid) and the source coordinates kept for the dead-letter topic.
-    ``max_age_s``/``max_future_s`` bound event_time against processing time (None: no bound).
+    ``detail`` (null when valid; ``UNVERIFIED`` until ``verify``) and the source coordinates
+    kept for the dead-letter topic. ``max_age_s``/``max_future_s`` bound event_time against
+    processing time (None: no bound).
 
     The columns are built once and applied to every micro-batch: each PySpark ``Column`` call is
     a round trip to the JVM, and building these a thousand calls anew took about a second per
@@ -206,23 +208,17 @@ class Decoder:
             (F.octet_length(F.col("value").cast("binary")) > MAX_EVENT_BYTES).alias("_too_large"),
         ]
         schema = events.spark_schema().add(CORRUPT, T.StringType())
+        self._schema = schema
         self._from_json = F.from_json(
             F.when(~F.col("_too_large"), F.col("_text")), schema, _JSON_OPTIONS
         )
         self._ts = F.expr(f"try_to_timestamp({e}.event_time)").alias("_ts")
         # The text checks first: a record that fails them is not parsed twice over.
         self._text_ok = (~F.col("_too_large") & _text_accepts()).alias("_text_ok")
-        # Null (a check on a missing value) is false: the slow path, never neither path.
+        # Null (a check on a missing value) is false: unverified, never accepted unchecked.
         fast_accepts = F.col("_text_ok") & _fast_accepts(e)
         self._fast = F.coalesce(fast_accepts, F.lit(False)).alias("_fast")
-        slow = _slow_path(max_age_s, max_future_s)
-        self._slow = slow(
-            F.when(~F.col("_fast") & ~F.col("_too_large"), F.col("raw")),
-            F.unix_micros(F.col(_NOW)) / F.lit(1e6),
-        ).alias("_slow")
-        self._verdict = F.when(
-            ~F.col("_fast"), F.from_json(F.col("_slow"), _slow_schema(schema))
-        ).alias("_v")
+        self._slow = _slow_path(max_age_s, max_future_s)
         fast = F.col("_fast")
         ts = F.col("_ts")
         now = F.col(_NOW)
@@ -238,20 +234,20 @@ class Decoder:
         )
         size = F.octet_length("raw")
         self._pick = [
-            F.when(fast, F.col(e)).otherwise(F.col("_v.event")).alias(e),
-            F.when(fast, ts).otherwise(F.timestamp_micros(F.col("_v.ts_us"))).alias("ts"),
+            F.when(fast, F.col(e)).alias(e),
+            F.when(fast, ts).alias("ts"),
             F.when(F.col("raw").isNull(), F.lit("null_value"))
             .when(size == 0, F.lit("empty_value"))
             .when(F.col("_too_large"), F.lit("too_large"))
-            .when(fast & (too_old | too_new), F.lit("time_out_of_range"))
-            .when(~fast, F.col("_v.reason"))
+            .when(~fast, F.lit(UNVERIFIED))
+            .when(too_old | too_new, F.lit("time_out_of_range"))
             .alias("reason"),
             F.when(F.col("raw").isNull(), F.lit(validate.NULL_VALUE))
             .when(size == 0, F.lit(validate.EMPTY_VALUE))
             .when(F.col("_too_large"), F.format_string(validate.TOO_LARGE, size))
-            .when(fast & too_old, F.lit(validate.TOO_OLD))
-            .when(fast & too_new, F.lit(validate.TOO_NEW))
-            .when(~fast, F.col("_v.detail"))
+            .when(~fast, F.lit(None))
+            .when(too_old, F.lit(validate.TOO_OLD))
+            .when(too_new, F.lit(validate.TOO_NEW))
             .alias("detail"),
             *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
         ]
@@ -266,12 +262,8 @@ class Decoder:
         query's current time. Either is rounded down to the minute (bounds get up to a minute
         of slack): Spark inlines a timestamp literal into its generated code, so an exact time
         made every batch compile anew (about 0.25 s each)."""
-        if now is None:
-            now_col = F.date_trunc("minute", F.current_timestamp())
-        else:
-            now_col = F.lit(math.floor(now / NOW_STEP_S) * NOW_STEP_S).cast("timestamp")
         return (
-            raw.withColumn(_NOW, now_col)
+            raw.withColumn(_NOW, _now_column(now))
             .select(*self._parse)
             # A generator's output is a barrier: the optimizer cannot copy ``from_json`` into
             # each of the hundred-odd checks that read ``e`` (a pushed-down filter did, and
@@ -280,11 +272,43 @@ class Decoder:
             .withColumn("_ts", self._ts)
             .withColumn("_text_ok", self._text_ok)
             .withColumn("_fast", self._fast)
-            .withColumn("_slow", self._slow)
-            .withColumn("_v", self._verdict)
             .select(*self._pick)
             .select(*self._out)
         )
+
+    def verify(self, decoded: DataFrame, now: float | None = None) -> DataFrame:
+        """``decoded`` (this decoder's output) with each ``UNVERIFIED`` record judged by
+        ``validate``: its reason and detail, or its event and event time. Only the records
+        given here reach Python: filter ``decoded`` first."""
+        unverified = F.col("reason") == F.lit(UNVERIFIED)
+        now_s = F.unix_micros(_now_column(now)) / F.lit(1e6)
+        verdict = F.from_json(
+            self._slow(F.when(unverified, F.col("raw")), now_s), _slow_schema(self._schema)
+        )
+        v = decoded.withColumn("_v", F.when(unverified, verdict))
+
+        def pick(name: str, judged: Column) -> Column:
+            return F.when(unverified, judged).otherwise(F.col(name)).alias(name)
+
+        return v.select(
+            *[pick(f.name, F.col(f"_v.event.{f.name}")) for f in events.FIELDS],
+            pick("ts", F.timestamp_micros(F.col("_v.ts_us"))),
+            pick("reason", F.col("_v.reason")),
+            pick("detail", F.col("_v.detail")),
+            *[F.col(c) for c in ("raw", "topic", "partition", "offset", "kafka_timestamp")],
+        )
+
+    def judge(self, raw: DataFrame, now: float | None = None) -> DataFrame:
+        """Both steps on every record: the verdict the ingest query reaches for each (it runs
+        ``verify`` only on the records that need it)."""
+        return self.verify(self(raw, now), now)
+
+
+def _now_column(now: float | None) -> Column:
+    """The processing time the event-time bounds are checked against, in whole minutes."""
+    if now is None:
+        return F.date_trunc("minute", F.current_timestamp())
+    return F.lit(math.floor(now / NOW_STEP_S) * NOW_STEP_S).cast("timestamp")
 
 
 def dead_letters(decoded: DataFrame) -> DataFrame:

@@ -1,20 +1,18 @@
 """Where the stream is wired. The job is two queries sharing one checkpoint:
 
-- **ingest** (``aggregates``): events topic -> decode -> partial window rows per series, written
-  from the executors to the partials topic keyed by state bucket; rejected records to the
-  dead-letter topic; then an end marker per bucket written to (now and then to every bucket,
-  with the fleet's newest event time). A Kafka transaction around the batch's writes makes
-  them visible to the state query together (``gate``).
-- **state**: partials topic -> Spark's state store, one key per bucket (``buckets``) -> merged
-  windows, detectors, finding lifecycle -> aggregates and findings, written from the executors.
+- **ingest** (``aggregates``): events topic -> decode -> partial window rows per series (one
+  Spark aggregation) -> one record per state bucket and batch on the partials topic; rejected
+  records to the dead-letter topic (``ingest``).
+- **state**: partials topic -> Spark's state store, one key per bucket, event time from
+  Spark's watermark (``buckets``) -> merged windows, detectors, finding lifecycle ->
+  aggregates and findings topics.
 
-The driver handles counts only, so its work per batch does not grow with the fleet. Replay runs
-the same two steps over JSON-lines files, one after the other, with files in between."""
+Every record is written by Spark's own Kafka writer on the executors; the driver sees counts
+only (an ``Observation`` per ingest batch, the state query's observed metrics). Replay runs the
+same two steps over JSON-lines files, one after the other, with files in between."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import glob
 import json
 import logging
@@ -22,7 +20,7 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,28 +38,11 @@ from streaming.job.checkpoint import (
     last_commit,
     open_checkpoint,
 )
-from streaming.job.gate import BatchGate
-from streaming.job.ingest import (
-    BatchContext,
-    BatchCounts,
-    CountsParam,
-    Ingest,
-    bucket_key,
-    count_rows,
-    counts_dict,
-    merge_counts,
-)
+from streaming.job.ingest import RECORD_COLUMNS, Ingest, bucket_key
 from streaming.job.session import connector_package, stop_query
 from streaming.job.settings import JobSettings
-from streaming.job.sinks import (
-    CounterParam,
-    KafkaSink,
-    ProduceErrors,
-    dumps,
-    produce_kinds,
-    produce_partition,
-)
-from streaming.job.status import StatusListener
+from streaming.job.sinks import KafkaSink, dumps
+from streaming.job.status import STATE_METRICS, StatusListener
 from streaming.schema.status import JobStatus
 
 if TYPE_CHECKING:
@@ -70,22 +51,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A bucket's record for one batch holds all its partial rows; the partials topic allows records
+# this large (``topics.spec``), and so does the ingest query's writer.
+PARTIALS_MAX_BYTES = 16 * 1024 * 1024
+# The record values the state query needs besides the rows, as Kafka headers (string values).
+HEADERS = ("batch", "part", "now", "fleet", "t")
+RECORD_SCHEMA = "key string, value string, batch long, part int, now double, fleet double, t double"
 
-# ---- sources -------------------------------------------------------------------------------
+
+# ---- Kafka options ---------------------------------------------------------------------------
+def client_options(s: JobSettings) -> dict[str, str]:
+    """Options every Kafka source and writer of the job shares (security settings pass through
+    as ``kafka.*``)."""
+    return {"kafka.bootstrap.servers": s.bootstrap_servers} | {
+        f"kafka.{k}": v for k, v in s.kafka.items()
+    }
+
+
 def kafka_options(s: JobSettings) -> dict[str, str]:
-    """Options of Spark's ``kafka`` source (security settings pass through as ``kafka.*``)."""
-    opts = {
-        "kafka.bootstrap.servers": s.bootstrap_servers,
+    """Options of Spark's ``kafka`` source of the events topic."""
+    opts = client_options(s) | {
         "subscribe": s.events_topic,
         "startingOffsets": s.starting_offsets,
         "failOnDataLoss": str(s.fail_on_data_loss).lower(),
     }
     if s.max_offsets_per_trigger is not None:
         opts["maxOffsetsPerTrigger"] = str(s.max_offsets_per_trigger)
-    opts.update({f"kafka.{k}": v for k, v in s.kafka.items()})
     return opts
 
 
+def writer_options(s: JobSettings) -> dict[str, str]:
+    """Options of Spark's Kafka writer: lz4, as every connmon topic is written."""
+    return {"kafka.compression.type": "lz4"} | client_options(s)
+
+
+# ---- sources -------------------------------------------------------------------------------
 def kafka_source(spark: SparkSession, s: JobSettings) -> DataFrame:
     """The events topic, only the columns the job reads."""
     try:
@@ -118,95 +118,58 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
-# ---- the state query's source ---------------------------------------------------------------
 def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFrame:
-    """The partials topic: this checkpoint's records, as ``bucket``/``value``. Read whole each
-    trigger (no ``maxOffsetsPerTrigger``): partial rows are few per series and batch."""
-    opts = kafka_options(s) | {
+    """The partials topic: this checkpoint's records (``RECORD_COLUMNS``, from the key, value
+    and headers)."""
+    opts = client_options(s) | {
         "subscribe": s.partials_topic,
         "startingOffsets": "earliest",
-        # Up to the ingest batch being written: its rows show when its gate commits (``gate``).
-        "kafka.isolation.level": "read_committed",
+        "includeHeaders": "true",
+        "failOnDataLoss": str(s.fail_on_data_loss).lower(),
     }
-    opts.pop("maxOffsetsPerTrigger", None)
     raw = spark.readStream.format("kafka").options(**opts).load()
-    return _by_bucket(
-        raw.select(F.col("key").cast("string"), F.col("value").cast("string")), run_id
-    )
 
+    def header(name: str) -> Any:
+        return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")
 
-def _by_bucket(df: DataFrame, run_id: str) -> DataFrame:
-    return df.where(F.col("key").startswith(bucket_key(run_id, ""))).select(
-        F.substring_index("key", ":", -1).cast("int").alias("bucket"), "value"
-    )
+    types = dict(c.split() for c in RECORD_SCHEMA.split(", "))
+    return raw.select(
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        *[header(h).cast(types[h]).alias(h) for h in HEADERS],
+    ).where(F.col("key").startswith(bucket_key(run_id, "")))
 
 
 def state_stream(
-    partials: DataFrame, cfg: DetectorConfig, clock: Any, latest_only: bool
+    records: DataFrame,
+    cfg: DetectorConfig,
+    clock: Callable[[Any], str],
+    topics: Mapping[str, str],
+    latest_only: bool,
 ) -> DataFrame:
-    """Partial rows and end markers -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
-    store."""
-    return partials.groupBy("bucket").transformWithStateInPandas(
-        buckets.make_processor(cfg, clock, latest_only), buckets.OUTPUT_SCHEMA, "Update", "None"
+    """Records (``RECORD_COLUMNS``) -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
+    store. Spark's watermark trails the fleet's newest event time (each record's newest,
+    bounded by the job's clock when its batch started) by ``buckets.SPARK_DELAY_S``."""
+    time_col = F.timestamp_millis(F.round(F.least("t", "now") * F.lit(1000)).cast("long"))
+    keyed = records.select(
+        F.substring_index("key", ":", -1).cast("int").alias("bucket"),
+        "batch",
+        "part",
+        "now",
+        "fleet",
+        "value",
+        time_col.alias("time"),
     )
-
-
-# ---- executor-side writers ---------------------------------------------------------------------
-def produce_partials(
-    topic: str,
-    bootstrap: str,
-    conf: dict[str, str],
-    errors: Any,
-    counts: Any,
-    ctx: BatchContext,
-    rows: Any,
-) -> None:
-    """``foreachPartition`` body of the ingest query: valid partial rows to the partials topic,
-    every row counted."""
-    c = BatchCounts()
-    produce_partition(topic, bootstrap, conf, errors, count_rows(rows, c, ctx))
-    counts.add(counts_dict(c))
-
-
-def produce_state(
-    topics: dict[str, str], bootstrap: str, conf: dict[str, str], errors: Any, stats: Any, rows: Any
-) -> None:
-    """``foreachPartition`` body of the state query: aggregates and findings to their topics,
-    the buckets' stats rows counted."""
-    other = produce_kinds(topics, bootstrap, conf, errors, rows)
-    _count_stats(other, stats)
-
-
-def _count_stats(rows: list[Any], stats: Any) -> None:
-    total: dict[str, int] = {}
-    for kind, _key, value in rows:  # by position, as ``produce_kinds`` reads them
-        if kind == "stats":
-            for k, n in json.loads(value).items():
-                total[k] = total.get(k, 0) + n
-    stats.add(total)
-
-
-def kafka_dead_letter_writer(
-    s: JobSettings, errors: ProduceErrors
-) -> Callable[[DataFrame, int], None]:
-    """Writes a decoded batch's rejected records to the dead-letter topic (key
-    ``partition:offset``, so a re-run batch writes the same keys again) from the executors,
-    with the same producer settings and error handling as every other write of the job."""
-
-    def write(df: DataFrame, _batch_id: int) -> None:
-        counts = df.sparkSession.sparkContext.accumulator({}, CounterParam())
-        body = functools.partial(
-            produce_partition, s.deadletter_topic, s.bootstrap_servers, dict(s.producer), counts
+    return (
+        keyed.withWatermark("time", f"{buckets.SPARK_DELAY_S} seconds")
+        .groupBy("bucket")
+        .transformWithState(
+            buckets.make_processor(cfg, clock, topics, latest_only),
+            buckets.OUTPUT_SCHEMA,
+            "Update",
+            "EventTime",
         )
-        parse.dead_letters(df).select("key", "value").foreachPartition(body)
-        _add_errors(errors, counts.value)
-
-    return write
-
-
-def _add_errors(errors: ProduceErrors, counts: dict[tuple[str, str], int]) -> None:
-    for (topic, error), n in counts.items():
-        errors.add(topic, error, n, detail="from the executors")
+    )
 
 
 # ---- the live job --------------------------------------------------------------------------
@@ -216,7 +179,6 @@ class RunningJob:
     queries: list[StreamingQuery]
     listener: StatusListener
     sinks: list[KafkaSink]
-    gate: BatchGate
     temp_dirs: list[str] = field(default_factory=list)
 
     def stop(self, wait_s: float = 0.0) -> bool:
@@ -230,7 +192,6 @@ class RunningJob:
         self.spark.streams.removeListener(self.listener)
         for sink in self.sinks:
             sink.close()
-        self.gate.shutdown()
         for d in self.temp_dirs:
             shutil.rmtree(d, ignore_errors=True)
         return all(between)
@@ -248,11 +209,46 @@ def package_zip(dest_dir: str) -> str:
     return str(out)
 
 
-@dataclass
-class StateTotals:
-    """The state query's counts since the job started."""
+def kafka_record_writer(s: JobSettings) -> Callable[[DataFrame], None]:
+    """Writes records for the state query to the partials topic, the values the state query
+    needs besides the rows as headers."""
 
-    late: int = 0
+    def write(df: DataFrame) -> None:
+        headers = F.array(
+            *[
+                F.struct(
+                    F.lit(h).alias("key"), F.col(h).cast("string").cast("binary").alias("value")
+                )
+                for h in HEADERS
+            ]
+        )
+        (
+            df.select("key", "value", headers.alias("headers"))
+            .write.mode("append")
+            .format("kafka")
+            .options(**writer_options(s))
+            .option("kafka.max.request.size", str(PARTIALS_MAX_BYTES))
+            .option("topic", s.partials_topic)
+            .save()
+        )
+
+    return write
+
+
+def kafka_dead_letter_writer(s: JobSettings) -> Callable[[DataFrame], None]:
+    """Writes dead letters (key ``partition:offset``: a batch run again writes the same keys)."""
+
+    def write(df: DataFrame) -> None:
+        (
+            df.select("key", "value")
+            .write.mode("append")
+            .format("kafka")
+            .options(**writer_options(s))
+            .option("topic", s.deadletter_topic)
+            .save()
+        )
+
+    return write
 
 
 def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) -> RunningJob:
@@ -273,98 +269,57 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         temp_dirs.append(d)
         spark.sparkContext.addPyFile(package_zip(d))
 
-    errors = ProduceErrors()
-    producer = dict(s.producer)
-    end_sink = KafkaSink(s.bootstrap_servers, producer, errors)
-    status_sink = KafkaSink(s.bootstrap_servers, producer, errors)
-    totals = StateTotals()
-    sc = spark.sparkContext
-
-    def write_partials(df: DataFrame, ctx: BatchContext) -> BatchCounts:
-        errs = sc.accumulator({}, CounterParam())
-        counts = sc.accumulator(CountsParam().zero({}), CountsParam())
-        body = functools.partial(
-            produce_partials, s.partials_topic, s.bootstrap_servers, producer, errs, counts, ctx
-        )
-        df.foreachPartition(body)
-        _add_errors(errors, errs.value)
-        c = BatchCounts()
-        merge_counts(c, counts.value)
-        return c
-
-    def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:
-        end_sink.publish(s.partials_topic, records)
-
-    def write_outputs(df: DataFrame, batch_id: int) -> None:
-        errs = sc.accumulator({}, CounterParam())
-        stats = sc.accumulator({}, CounterParam())
-        topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
-        df.foreachPartition(
-            functools.partial(produce_state, topics, s.bootstrap_servers, producer, errs, stats)
-        )
-        _add_errors(errors, errs.value)
-        totals.late += stats.value.get("late", 0)
-        if stats.value.get("duplicates"):  # an ingest batch written again after a crash
-            log.info(
-                "state batch %d: %d partial row(s) already merged, skipped",
-                batch_id,
-                stats.value["duplicates"],
-            )
-
+    status_sink = KafkaSink(s.bootstrap_servers, dict(s.producer))
     ingest = Ingest(
         s.detectors,
         meta.run_id,
         meta.state_buckets,
-        write_partials,
-        write_ends,
-        kafka_dead_letter_writer(s, errors),
+        kafka_record_writer(s),
+        kafka_dead_letter_writer(s),
         max_age_s=s.max_event_age_s,
         max_future_s=s.max_event_future_s,
-        tick_every_s=s.detectors.window_s / 4,
     )
 
-    gate = BatchGate(s.bootstrap_servers, s.partials_topic, meta.run_id, producer)
-
-    def ingest_batch(raw: DataFrame, batch_id: int) -> None:
-        gate.open()
-        try:
-            ingest(raw, batch_id)
-        except BaseException:
-            gate.abort()
-            raise
-        gate.close()
-
     def publish_status(st: JobStatus) -> None:
-        st.produce_errors = errors.totals()
-        st.partials_gate_failures_total = gate.failures_total
         status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
 
-    def stats() -> Any:
-        st = ingest.stats
-        if st is None:
-            return None
-        return dataclasses.replace(st, late_events_total=st.late_events_total + totals.late)
-
-    listener = StatusListener(s.job_id, publish_status, stats)
+    listener = StatusListener(
+        s.job_id,
+        publish_status,
+        lambda: ingest.stats,
+        s.detectors.watermark_s,
+        s.detectors.clock_skew_tolerance_s,
+        time.time,
+    )
     spark.streams.addListener(listener)
     trigger: dict[str, Any] = {"processingTime": f"{int(s.trigger_s * 1000)} milliseconds"}
     ingest_writer = (
         kafka_source(spark, s)
         .writeStream.queryName(INGEST_QUERY)
-        .foreachBatch(ingest_batch)
+        .foreachBatch(ingest)
         .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
+    topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
+    out = state_stream(
+        partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, topics, True
+    )
+    counted = out.observe(
+        STATE_METRICS,
+        F.collect_list(F.when(F.col("topic").isNull(), F.col("value"))).alias("stats"),
+    )
     state_writer = (
-        state_stream(partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, True)
+        counted.where(F.col("topic").isNotNull())
         .writeStream.queryName(STATE_QUERY)
+        .format("kafka")
+        .options(**writer_options(s))
         .outputMode("update")
-        .foreachBatch(write_outputs)
         .option("checkpointLocation", join(checkpoint, STATE_QUERY))
         .trigger(**trigger)
     )
     queries: list[StreamingQuery] = []
-    job = RunningJob(spark, queries, listener, [end_sink, status_sink], gate, temp_dirs)
+    job = RunningJob(spark, queries, listener, [status_sink], temp_dirs)
+    sc = spark.sparkContext
     try:
         # Each query's jobs run in the scheduler pool of its name (``session.POOLS_FILE``): a
         # query's thread takes the pool set when it starts.
@@ -405,29 +360,19 @@ def replay(
     work = tempfile.mkdtemp(prefix="connmon-replay-")
     try:
         dead: list[dict[str, Any]] = []
-        folder = Path(work) / "partials"
-        folder.mkdir()
+        folder = f"{work}/partials"
 
-        def keep_dead(df: DataFrame, _batch_id: int) -> None:
-            rows = parse.dead_letters(df).select("value").collect()
-            dead.extend(json.loads(r.value) for r in rows)
+        def keep_dead(df: DataFrame) -> None:
+            dead.extend(json.loads(r.value) for r in df.select("value").collect())
 
-        def write_partials(df: DataFrame, ctx: BatchContext) -> BatchCounts:
-            c = BatchCounts()
-            rows = list(count_rows(df.collect(), c, ctx))
-            _write_lines(folder / f"{ctx.batch:08d}.txt", [(r.key, r.value) for r in rows])
-            return c
-
-        def write_ends(records: list[tuple[str, dict[str, Any]]]) -> None:
-            path = folder / f"{records[0][1]['batch']:08d}-end.txt"
-            _write_lines(path, [(k, dumps(v)) for k, v in records])
+        def write_records(df: DataFrame) -> None:
+            df.select(*RECORD_COLUMNS).write.mode("append").json(folder)
 
         ingest = Ingest(
             cfg,
             REPLAY_RUN,
             state_buckets,
-            write_partials,
-            write_ends,
+            write_records,
             keep_dead,
             max_age_s,
             max_future_s,
@@ -442,21 +387,19 @@ def replay(
         def collect(df: DataFrame, _batch_id: int) -> None:
             out.extend(df.collect())
 
-        lines = spark.readStream.format("text").load(str(folder))
-        split = lines.select(
-            F.substring_index("value", "\t", 1).alias("key"),
-            F.expr("substring(value, instr(value, '\t') + 1)").alias("value"),
-        )
-        _run_to_end(
-            state_stream(_by_bucket(split, REPLAY_RUN), cfg, buckets.window_end_clock, False)
-            .writeStream.outputMode("update")
-            .foreachBatch(collect),
-            f"{work}/{STATE_QUERY}",
-        )
+        if Path(folder).exists():
+            records = spark.readStream.schema(RECORD_SCHEMA).json(folder)
+            kinds = {"aggregates": "aggregates", "findings": "findings"}
+            _run_to_end(
+                state_stream(records, cfg, buckets.window_end_clock, kinds, False)
+                .writeStream.outputMode("update")
+                .foreachBatch(collect),
+                f"{work}/{STATE_QUERY}",
+            )
         by_kind: dict[str, list[dict[str, Any]]] = {"aggregates": [], "findings": []}
         for r in out:
-            if r.kind in by_kind:
-                by_kind[r.kind].append(json.loads(r.value))
+            if r.topic in by_kind:
+                by_kind[r.topic].append(json.loads(r.value))
         return ReplayResult(
             findings=sorted(by_kind["findings"], key=lambda f: f["updated_at"]),
             aggregates=sorted(by_kind["aggregates"], key=lambda a: a["window_end"]),
@@ -464,14 +407,6 @@ def replay(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _write_lines(path: Path, records: list[tuple[str, str]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for key, value in records:
-            f.write(f"{key}\t{value}\n")
-    tmp.rename(path)
 
 
 def _run_to_end(writer: Any, checkpoint: str) -> None:

@@ -41,6 +41,10 @@ JOB_CONF: dict[str, str] = {
     # (``POOLS_FILE``), a freed slot goes to the query running fewer tasks.
     "spark.scheduler.mode": "FAIR",
     "spark.sql.adaptive.enabled": "false",
+    # Batch writes to Kafka (the ingest query's records and dead letters) through Spark's
+    # DataSource V2 writer: with the V1 one, the write runs the frame outside the query Spark
+    # reports, and the ``Observation`` of the batch's counts never receives them.
+    "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
     "spark.ui.showConsoleProgress": "false",
     # pandas UDFs (the decoder's slow path) with pyarrow >= 2 want this on every executor
     "spark.executorEnv.PYARROW_IGNORE_TIMEZONE": "1",

@@ -124,12 +124,6 @@ JOB_METRICS: tuple[Metric, ...] = (
         "Events that arrived behind the watermark (dropped) since the job started.",
     ),
     _job(
-        "connmon_job_partials_gate_failures_total",
-        "counter",
-        "Times the partials gate failed or could not be set up (that batch's rows reached the "
-        "state query early, which costs latency, not findings), since the job started.",
-    ),
-    _job(
         "connmon_job_last_event_timestamp_seconds",
         "gauge",
         "Event time of the newest event the job has processed (Unix time).",
@@ -184,23 +178,15 @@ EXPORTER_METRICS: tuple[Metric, ...] = (
     ),
 )
 
-# Its own family: per topic and error on top of the job's labels.
-JOB_PRODUCE_ERRORS = Metric(
-    "connmon_job_produce_errors_total",
-    "counter",
-    "Records the job dropped because a topic refused them for what they are (too large, "
-    "invalid), by topic and librdkafka error name, since the job started.",
-    (*JOB_LABELS, "topic", "error"),
-)
-
 # Per host whose clock is off or whose events arrived late (at most 101 per job: a healthy
 # fleet has none), from the job status's ``hosts``.
 JOB_HOST_METRICS = (
     Metric(
         "connmon_job_host_clock_offset_seconds",
         "gauge",
-        "The host's newest event time minus the fleet's (positive: its clock is ahead), while "
-        "it is off by more than clock_skew_tolerance_s; absent otherwise.",
+        "The host's newest event time minus the job's clock when its batch was read (positive: "
+        "its clock is ahead), while it is off by more than clock_skew_tolerance_s; absent "
+        "otherwise.",
         (*JOB_LABELS, "host"),
     ),
     Metric(
@@ -219,10 +205,5 @@ JOB_HOST_METRICS = (
 )
 
 CONNMON_METRICS: tuple[Metric, ...] = (
-    AGGREGATE_METRICS
-    + FINDING_METRICS
-    + JOB_METRICS
-    + (JOB_PRODUCE_ERRORS,)
-    + JOB_HOST_METRICS
-    + EXPORTER_METRICS
+    AGGREGATE_METRICS + FINDING_METRICS + JOB_METRICS + JOB_HOST_METRICS + EXPORTER_METRICS
 )

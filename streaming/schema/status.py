@@ -41,13 +41,9 @@ class JobStatus:
     dead_letter_total: int
     late_events_total: int
     last_event_time: str | None
-    # records a topic refused and the job dropped: [{"topic", "error", "total"}], since start
-    produce_errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # hosts whose clock is off or whose events arrived late: [{"host", "clock_offset_s",
     # "skewed_events_total", "late_events_total"}], the most skewed first
     hosts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    # times the partials gate failed or could not be set up (rows showed early), since start
-    partials_gate_failures_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streaming.topics.spec import POLICY, TopicSpec, for_cluster, policy_set
+from streaming.topics.spec import MIN_MESSAGE_BYTES, POLICY, TopicSpec, for_cluster, policy_set
 
 CREATE_HINT = "run connmon topics create"
 
@@ -113,9 +113,10 @@ def plan(
 def start_problems(
     required: Mapping[str, str], configs: Mapping[str, Mapping[str, str] | None]
 ) -> list[Problem]:
-    """The start check of a component: each topic (name -> role) must exist and have the
-    cleanup policy its role needs. ``configs``: name -> described configs, ``None`` if the
-    topic does not exist; a name absent from ``configs`` could not be checked and is skipped."""
+    """The start check of a component: each topic (name -> role) must exist, have the
+    cleanup policy its role needs and take records as large as its writers write. ``configs``:
+    name -> described configs, ``None`` if the topic does not exist; a name absent from
+    ``configs`` could not be checked and is skipped."""
     out: list[Problem] = []
     for name, role in required.items():
         if name not in configs:
@@ -130,6 +131,10 @@ def start_problems(
         ok = "compact" in policies if wanted == "compact" else policies == {"delete"}
         if not ok:
             out.append(Problem(name, "cleanup.policy", policy, wanted))
+        size = have.get("max.message.bytes")
+        least = MIN_MESSAGE_BYTES[role]
+        if size is not None and size.isdigit() and int(size) < least:
+            out.append(Problem(name, "max.message.bytes", size, f"at least {least}"))
     return out
 
 

@@ -41,6 +41,11 @@ POLICY = {
     "job_status": "compact",
     "partials": "delete",
 }
+# The largest record each topic must take (``max.message.bytes``, broker default 1 MiB): the
+# job's writers fail a batch on a record its topic refuses. A partials record holds one state
+# bucket's partial rows of one batch.
+PARTIALS_MAX_BYTES = 16 * 1024 * 1024
+MIN_MESSAGE_BYTES = {role: 64 * 1024 for role in POLICY} | {"partials": PARTIALS_MAX_BYTES}
 FIELDS = ("name", "partitions", "replication_factor", "configs")
 _POLICIES = {"compact", "delete"}
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -132,6 +137,7 @@ DEFAULTS: tuple[TopicSpec, ...] = (
         {
             "cleanup.policy": "delete",
             "retention.ms": str(6 * HOUR_MS),
+            "max.message.bytes": str(PARTIALS_MAX_BYTES),
             "min.insync.replicas": _isr(),
         },
     ),

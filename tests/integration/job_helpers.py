@@ -21,6 +21,7 @@ from streaming.detectors.config import DetectorConfig
 from streaming.job.pipeline import replay
 from streaming.job.settings import JobSettings
 from streaming.stack.kafka import create_topics
+from streaming.topics.spec import PARTIALS_MAX_BYTES
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
 REPO = Path(__file__).parents[2]
@@ -54,7 +55,10 @@ class Topics:
         self.deadletter = f"{prefix}.deadletter"
         self.status = f"{prefix}.job-status"
         self.partials = f"{prefix}.partials"
-        create_topics(bootstrap, {self.events: 2, self.deadletter: 1, self.partials: 2})
+        create_topics(bootstrap, {self.events: 2, self.deadletter: 1})
+        create_topics(
+            bootstrap, {self.partials: 2}, config={"max.message.bytes": str(PARTIALS_MAX_BYTES)}
+        )
         create_topics(
             bootstrap,
             {self.aggregates: 1, self.findings: 1, self.status: 1},

@@ -216,7 +216,7 @@ def _agree(spark, values: list[bytes | None]) -> None:
     time and values; and every record gets either a reason or an event time and a host (a
     window and a series)."""
     decoder = parse.Decoder(max_age_s=MAX_AGE_S, max_future_s=MAX_FUTURE_S)
-    got = decoder(_raw(spark, values), now=NOW.timestamp()).collect()
+    got = decoder.judge(_raw(spark, values), now=NOW.timestamp()).collect()
     assert len(got) == len(values)
     for row in got:
         raw = values[row.offset]

@@ -36,7 +36,6 @@ from streaming.job.pipeline import start_job
 from streaming.schema.aggregates import client_id
 from streaming.schema.findings import finding_key
 from streaming.schema.times import iso
-from streaming.stack.kafka import create_topics
 
 # Helpers that other test modules import from here rather than from job_helpers.
 __all__ = ["CONNMON", "Proc", "_descendants", "_stat", "_table"]
@@ -128,10 +127,9 @@ def _summary(host: str, t: float, state: str, count: int, age_s: float) -> dict:
 def test_a_bucket_of_thousands_of_series_is_saved_and_restored(
     kafka_cluster, spark, unique_name, tmp_path
 ):
-    """Every series in one bucket (30,000): its saved state, about a megabyte, goes to the state
-    store in pieces, and the next batch restores it whole. (Saved as one value, Spark's state
-    server may read it cut short, which depends on timing: seen under load, not reproduced
-    here.)"""
+    """Every series in one bucket (30,000): its rows of a batch (about 18 MB) go out as several
+    records, each far below the partials topic's limit; its saved state, about a megabyte, goes
+    to the state store as one value, and the next batch restores it whole."""
     t = Topics(kafka_cluster.bootstrap_servers, unique_name)
     now = time.time()
     fleet = [_summary(f"fleet-{i:05d}", now, "ESTABLISHED", 2, 60.0) for i in range(30000)]
@@ -147,34 +145,6 @@ def test_a_bucket_of_thousands_of_series_is_saved_and_restored(
         assert wait_for("the first finding", lambda: firing("leaky-1"))["status"] == "firing"
         produce(t.bootstrap, t.events, lines([_summary("leaky-2", now + 5, "CLOSE_WAIT", 3, 300)]))
         assert wait_for("a finding after a restore", lambda: firing("leaky-2"))
-        assert all(q.isActive for q in job.queries)
-    finally:
-        job.stop()
-
-
-def test_a_record_a_topic_refuses_is_dropped_and_counted_not_fatal(
-    kafka_cluster, spark, unique_name, tmp_path
-):
-    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
-    # An aggregates topic that refuses every aggregate (they are larger than 300 bytes).
-    small = f"{unique_name}.small-aggregates"
-    create_topics(t.bootstrap, {small: 1}, config={"max.message.bytes": "300"})
-    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
-    job = start_job(spark, t.settings(checkpoint=str(tmp_path / "ckpt"), aggregates_topic=small))
-    try:
-        wait_for(
-            "the finding, though every aggregate was refused",
-            lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(
-                "close_wait_buildup|client:app-7:payments-sarama|prod-eu|2"
-            ),
-        )
-        status = wait_for(
-            "produce errors in the job status",
-            lambda: [v for _, v in consume_all(t.bootstrap, t.status) if v["produce_errors"]],
-        )
-        (err,) = status[-1]["produce_errors"]
-        assert (err["topic"], err["error"]) == (small, "MSG_SIZE_TOO_LARGE") and err["total"] > 0
-        assert consume_all(t.bootstrap, small) == []
         assert all(q.isActive for q in job.queries)
     finally:
         job.stop()
@@ -233,7 +203,8 @@ def test_oversized_records_never_stop_the_job_nor_its_restart(kafka_cluster, uni
             240,
         )
         assert p.poll() is None, log.read_text()[-3000:]
-        assert len(consume_all(t.bootstrap, t.deadletter)) == 3
+        # written after the batch's rows, so perhaps a moment after that aggregate
+        wait_for("a third dead letter", lambda: len(consume_all(t.bootstrap, t.deadletter)) == 3)
     finally:
         _kill_group(p, signal.SIGTERM)
 

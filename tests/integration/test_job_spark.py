@@ -51,7 +51,7 @@ def _raw(spark, lines: list[str] | list[bytes | None]):
 def test_malformed_records_get_the_documented_reasons(spark):
     values = [*gen.MALFORMED, *(v for v, _ in gen.KAFKA_REJECTS)]
     reasons = [*gen.MALFORMED_REASONS, *(r for _, r in gen.KAFKA_REJECTS)]
-    decoded = parse.Decoder(max_age_s=86400.0 * 3650, max_future_s=300)(_raw(spark, values))
+    decoded = parse.Decoder(max_age_s=86400.0 * 3650, max_future_s=300).judge(_raw(spark, values))
     got = decoded.select("offset", "reason")
     expected = spark.createDataFrame(list(enumerate(reasons)), "offset long, reason string")
     assertDataFrameEqual(got, expected)
@@ -60,7 +60,7 @@ def test_malformed_records_get_the_documented_reasons(spark):
 
 
 def test_a_tombstone_is_a_dead_letter_without_bytes(spark):
-    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, [None, b""]))
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None).judge(_raw(spark, [None, b""]))
     rows = {r.reason: json.loads(r.value) for r in parse.dead_letters(decoded).collect()}
     assert set(rows) == {"null_value", "empty_value"}
     assert (rows["null_value"]["raw"], rows["null_value"]["raw_bytes"]) == (None, 0)
@@ -69,7 +69,7 @@ def test_a_tombstone_is_a_dead_letter_without_bytes(spark):
 
 
 def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):
-    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, gen.MALFORMED[:1]))
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None).judge(_raw(spark, gen.MALFORMED[:1]))
     (row,) = parse.dead_letters(decoded).collect()
     value = json.loads(row.value)
     assert row.key == "0:0"
@@ -82,10 +82,10 @@ def test_dead_letters_keep_raw_bytes_and_source_coordinates(spark):
 
 def test_valid_events_pass_and_old_events_are_out_of_range(spark):
     lines = [json.dumps(e) for e in gen.healthy(gen.RECORDED_START, duration_s=20)]
-    decoded = parse.Decoder(max_age_s=None, max_future_s=None)(_raw(spark, lines))
+    decoded = parse.Decoder(max_age_s=None, max_future_s=None).judge(_raw(spark, lines))
     assert decoded.where("reason IS NOT NULL").count() == 0
     # the recording is from 2026-11-21 04:00; with a 1-second age limit it is all too old
-    old = parse.Decoder(max_age_s=1.0, max_future_s=None)(_raw(spark, lines))
+    old = parse.Decoder(max_age_s=1.0, max_future_s=None).judge(_raw(spark, lines))
     assert {r.reason for r in old.select("reason").distinct().collect()} <= {"time_out_of_range"}
 
 
@@ -96,7 +96,7 @@ def _window_rows(spark, lines: list[str], batches: int = 1) -> list[dict]:
     state = OpenWindows(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
     rows: dict[str, dict] = {}
     for b in range(batches):
-        decoded = parse.Decoder(None, None)(_raw(spark, lines[b::batches]))
+        decoded = parse.Decoder(None, None).judge(_raw(spark, lines[b::batches]))
         parts = [r.asDict() for r in partial_rows.PartialRows(cfg)(decoded).collect()]
         rows.update({window_key(r): r for r in state.apply(parts).rows})
     return sorted(rows.values(), key=lambda r: (r["window_start_s"], window_key(r)))

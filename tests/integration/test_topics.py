@@ -150,6 +150,33 @@ def test_a_wrong_policy_fails_check_and_the_components_start(
     )
 
 
+def test_a_topic_too_small_for_the_jobs_records_stops_the_job_at_start(
+    cluster, unique_name, tmp_path, capsys
+) -> None:
+    """The job's writers fail a batch on a record its topic refuses: a topic that takes less
+    than the job writes is a configuration error, named at start."""
+    from streaming.stack.kafka import create_topics
+
+    bootstrap = cluster.bootstrap_servers
+    names = names_for(unique_name)
+    assert main(["topics", "create", "--config", str(config_file(tmp_path, bootstrap, names))]) == 0
+    small = f"{unique_name}.small-findings"
+    create_topics(
+        bootstrap, {small: 1}, config={"cleanup.policy": "compact", "max.message.bytes": "300"}
+    )
+    deadline = time.monotonic() + 30
+    while described(bootstrap, [small])[small] is None:
+        assert time.monotonic() < deadline, "the topic never showed up"
+        time.sleep(0.2)
+    capsys.readouterr()
+    job_args = ["job", "--bootstrap-servers", bootstrap]
+    for role in ROLES:
+        flag = "status" if role == "job_status" else role
+        job_args += [f"--{flag}-topic", small if role == "findings" else names[role]]
+    assert main(job_args) == 2
+    assert f"{small}: max.message.bytes is 300, must be at least 65536" in capsys.readouterr().err
+
+
 def test_an_unreachable_cluster_at_start_is_a_warning(caplog) -> None:
     down = f"127.0.0.1:{free_port()}"
     with caplog.at_level(logging.WARNING):

@@ -52,11 +52,10 @@ def test_job_status_parses() -> None:
         job_id="connmon-job", query="aggregates", batch_id=7, timestamp=iso(NOW),
         batch_duration_s=0.4, input_rows_per_s=10.0, processed_rows_per_s=20.0,
         num_input_rows=4, watermark=None, watermark_delay_s=None, dead_letter_total=2,
-        late_events_total=1, last_event_time=None, partials_gate_failures_total=5,
+        late_events_total=1, last_event_time=None,
     )  # fmt: skip
     parsed = parse_status(json.dumps(s.to_dict()))
     assert parsed.values["connmon_job_late_events_total"] == 1
-    assert parsed.values["connmon_job_partials_gate_failures_total"] == 5
     assert "connmon_job_last_event_timestamp_seconds" not in parsed.values
 
 

@@ -1,38 +1,34 @@
 """The job's per-bucket state (no Spark): series spread over buckets that see only their own
-partial rows plus the fleet's ticks, each restored from its saved state before every batch,
-publish what one process holding every series would."""
+records plus the fleet's event time (as Spark's watermark and timers give it), each restored
+from its saved state before every call, publish what one process holding every series would."""
 
 from __future__ import annotations
 
-import os
+import json
 import random
-import zlib
-
-import pytest
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.buckets import (
-    END,
-    STATE_PIECE_BYTES,
-    TICK,
-    ZSTD_MAGIC,
+    SPARK_DELAY_S,
     Bucket,
+    Emitted,
+    Record,
     decompress,
-    joined_state,
-    output_frame,
-    state_pieces,
+    fleet_time,
+    output_rows,
     window_end_clock,
 )
 from streaming.job.open_windows import flat_col
 
 CFG = DetectorConfig()
-T0 = 1_795_000_000.0  # a window start (a multiple of 60)
+T0 = 1_795_000_020.0  # a window start (a multiple of 60)
+TOPICS = {"aggregates": "aggs", "findings": "finds"}
 
 
 def _row(t: float, host: str, batch: int, rng: random.Random) -> dict:
     series = {"side": "client", "host": host, "app": "orders", "cluster": "prod", "broker": "1"}
     row = {**series, "window_start_s": t - t % 60, "events": 2, "last_event_s": t}
-    row.update(batch=batch, summary_last_t=t, summary_interval_s=10.0)
+    row.update(summary_last_t=t, summary_interval_s=10.0)
     if host != "web-0" and rng.random() < 0.6:  # web-0 stays healthy
         row.update(
             {
@@ -65,28 +61,33 @@ def _workload(seed: int, batches: int = 60) -> list[list[dict]]:
     return out
 
 
-def _ticked(batches: list[list[dict]]) -> list[tuple[list[dict], dict]]:
+def _record(batch: int, rows: list[dict], fleet: float | None, part: int = 0) -> Record:
+    return Record(batch, part, None, fleet, "\n".join(json.dumps(r) for r in rows))
+
+
+def _batches(seed: int) -> list[tuple[int, list[dict], float | None]]:
+    """(batch, rows, the fleet's newest event time before the batch)."""
     newest = None
     out = []
-    for b, rows in enumerate(batches):
+    for b, rows in enumerate(_workload(seed)):
+        out.append((b, rows, newest))
         for r in rows:
             newest = r["last_event_s"] if newest is None else max(newest, r["last_event_s"])
-        out.append((rows, {"batch": b, END: True, TICK: newest}))
     return out
 
 
 def _one_process(seed: int) -> tuple[list, list, int]:
     b = Bucket(CFG, window_end_clock)
     findings, aggs, late = [], [], 0
-    for rows, tick in _ticked(_workload(seed)):
-        em = b.process([*rows, tick], latest_only=False)
+    for batch, rows, fleet in _batches(seed):
+        em = b.process([_record(batch, rows, fleet)], fleet, latest_only=False)
         findings += em.findings
         aggs += em.aggregates
         late += em.late
     return findings, aggs, late
 
 
-def test_buckets_restored_every_batch_publish_what_one_process_would():
+def test_buckets_restored_every_call_publish_what_one_process_would():
     for seed in (1, 2, 3):
         findings, aggs, late = _one_process(seed)
         assert len(findings) > 10 and late > 0, "the workload exercises detectors and lateness"
@@ -94,11 +95,13 @@ def test_buckets_restored_every_batch_publish_what_one_process_would():
         assert kinds == {"firing", "resolved"}
         saved: dict[int, bytes | None] = {}
         got_f, got_a, got_late = [], [], 0
-        for rows, tick in _ticked(_workload(seed)):
+        for batch, rows, fleet in _batches(seed):
             for k in range(3):  # three buckets, by host: web-2 and web-5 share one
                 mine = [r for r in rows if int(r["host"][-1]) % 3 == k]
                 bucket = Bucket.load(saved.get(k), CFG, window_end_clock)
-                em = bucket.process([*mine, tick], latest_only=False)
+                # a bucket without rows is called by its timer, with the watermark's time
+                records = [_record(batch, mine, fleet)] if mine else []
+                em = bucket.process(records, fleet, latest_only=False)
                 saved[k] = None if bucket.empty() else bucket.dump()
                 got_f += em.findings
                 got_a += em.aggregates
@@ -108,38 +111,69 @@ def test_buckets_restored_every_batch_publish_what_one_process_would():
         assert got_late == late
 
 
-def test_ticks_alone_resolve_a_quiet_series_and_empty_the_bucket():
+def test_the_fleets_time_alone_resolves_a_quiet_series_and_empties_the_bucket():
     rng = random.Random(0)
     b = Bucket(CFG, window_end_clock)
     row = _row(T0 + 5, "web-1", 0, rng)
     row[flat_col("CLOSE_WAIT", "count")] = 5
     row[flat_col("CLOSE_WAIT", "t")] = T0 + 5
     row[flat_col("CLOSE_WAIT", "oldest_state_age_s")] = 600.0
-    em = b.process([row, {"batch": 0, END: True, TICK: T0 + 5}])
+    em = b.process([_record(0, [row], None)], None)
     assert [f["status"] for _, f in em.findings] == ["firing"]
-    em = b.process([{"batch": 1, END: True, TICK: T0 + 1000}])  # only other series moved on
+    em = b.process([], T0 + 1000)  # a timer: only other series moved on
     assert [f["status"] for _, f in em.findings] == ["resolved"]
-    b.process([{"batch": 2, END: True, TICK: T0 + 4000}])
-    assert b.empty()
+    assert b.next_timer_ms() is not None  # history is still kept
+    b.process([], T0 + 4000)
+    assert b.empty() and b.next_timer_ms() is None
+
+
+def test_the_timer_is_set_for_the_next_window_boundary_of_the_fleets_time():
+    rng = random.Random(0)
+    b = Bucket(CFG, window_end_clock)
+    b.process([_record(0, [_row(T0 + 5, "web-1", 0, rng)], None)], None)
+    # the fleet's time T0 + 5 reaches the boundary T0 + 60 when Spark's watermark, which
+    # trails it by SPARK_DELAY_S, reaches T0 + 60 - SPARK_DELAY_S
+    assert b.next_timer_ms() == (T0 + 60 - SPARK_DELAY_S) * 1000
+    assert fleet_time(int(b.next_timer_ms())) == T0 + 60
+    assert fleet_time(0) is None  # no watermark yet
+
+
+def test_an_ingest_batch_written_twice_is_applied_once():
+    rng = random.Random(3)
+    rows = [_row(T0 + 5, f"web-{h}", 0, rng) for h in range(3)]
+    once, twice = Bucket(CFG, window_end_clock), Bucket(CFG, window_end_clock)
+    once.process([_record(7, rows, None)], None)
+    twice.process([_record(7, rows, None)], None)
+    em = twice.process([_record(7, rows, None), _record(7, rows, None)], None)
+    assert em.duplicates == 2 and em.aggregates == [] and em.stats()["duplicates"] == 2
+    assert twice.windows.open == once.windows.open
+    # another part of the same batch, then the next batch, are applied
+    em = twice.process([_record(8, rows, T0 + 5), _record(7, rows[:1], None, part=3)], None)
+    assert em.duplicates == 0 and twice.applied == (8, [0])
+    # a part of a batch written again after a crash, after the parts that were applied
+    em = twice.process([_record(8, rows, T0 + 5), _record(8, rows, T0 + 5, part=5)], None)
+    assert em.duplicates == 1 and twice.applied == (8, [0, 5])
+
+
+def test_records_are_applied_in_batch_order_each_against_the_time_before_it():
+    rng = random.Random(4)
+    early = _row(T0 + 5, "web-1", 0, rng)
+    later = _row(T0 + 400, "web-2", 1, rng)
+    b = Bucket(CFG, window_end_clock)
+    # both batches in one call, in the wrong order: the first is not late by the second
+    em = b.process([_record(1, [later], T0 + 5), _record(0, [early], None)], None)
+    assert em.late == 0 and len(em.aggregates) == 2
 
 
 def test_saved_state_is_compressed_and_round_trips():
     b = Bucket(CFG, window_end_clock)
     rng = random.Random(1)
-    b.process([*(_row(T0 + 5, f"web-{h}", 0, rng) for h in range(50)), {"batch": 0, END: True}])
+    b.process([_record(0, [_row(T0 + 5, f"web-{h}", 0, rng) for h in range(50)], None)], None)
+    b.timer_ms = 123
     blob = b.dump()
-    assert blob.startswith(ZSTD_MAGIC) and len(blob) < len(decompress(blob)) / 3
+    assert len(blob) < len(decompress(blob)) / 3
     again = Bucket.load(blob, CFG, window_end_clock)
-    assert again.dump() == blob
-
-
-def test_a_bucket_saved_as_zlib_by_an_earlier_version_is_read():
-    b = Bucket(CFG, window_end_clock)
-    rng = random.Random(2)
-    b.process([*(_row(T0 + 5, f"web-{h}", 0, rng) for h in range(20)), {"batch": 0, END: True}])
-    earlier = zlib.compress(decompress(b.dump()), 1)
-    again = Bucket.load(earlier, CFG, window_end_clock)
-    assert again.dump() == b.dump() and again.windows.open == b.windows.open
+    assert again.dump() == blob and (again.applied, again.timer_ms) == ((0, [0]), 123)
 
 
 def test_output_rows_list_aggregates_then_findings_then_stats():
@@ -149,45 +183,27 @@ def test_output_rows_list_aggregates_then_findings_then_stats():
     row[flat_col("CLOSE_WAIT", "count")] = 5
     row[flat_col("CLOSE_WAIT", "t")] = T0 + 5
     row[flat_col("CLOSE_WAIT", "oldest_state_age_s")] = 600.0
-    pdf = output_frame(b.process([row, {"batch": 0, END: True}]))
-    assert list(pdf["kind"]) == ["aggregates", "findings", "stats"]
-    assert pdf["key"][0] == "client|web-1|orders|prod|1"
+    rows = list(output_rows(b.process([_record(0, [row], None)], None), TOPICS))
+    assert [r[0] for r in rows] == ["aggs", "finds"]  # nothing counted: no stats row
+    assert rows[0][1] == "client|web-1|orders|prod|1"
+    counted = Emitted(late=3)
+    assert list(output_rows(counted, TOPICS))[-1][:2] == (None, None)
 
 
-def test_ticks_go_out_once_the_fleets_time_moved_on_enough():
-    from streaming.job.ingest import tick_due
-
-    assert not tick_due(None, None, 15.0)  # no event yet
-    assert tick_due(None, T0, 15.0)  # the first one
-    assert not tick_due(T0, T0 + 14.9, 15.0)
-    assert tick_due(T0, T0 + 15.0, 15.0)
-    assert tick_due(T0, T0, 0.0)  # replay: every batch
-
-
-def test_a_batch_read_in_two_parts_waits_for_its_end():
-    """The state query may read half of an ingest batch's rows in one of its batches and the
-    rest in the next: nothing is judged before the batch's end, then all of it at once."""
-    for seed in (4, 5):
-        whole = [*_one_process(seed)]
-        b = Bucket(CFG, window_end_clock)
-        saved = None
-        findings, aggs, late = [], [], 0
-        for rows, end in _ticked(_workload(seed)):
-            half = len(rows) // 2
-            for part in (rows[:half], [*rows[half:], end]):  # restored in between
-                b = Bucket.load(saved, CFG, window_end_clock)
-                em = b.process(part, latest_only=False)
-                saved = b.dump()
-                findings += em.findings
-                aggs += em.aggregates
-                late += em.late
-        assert (findings, aggs, late) == tuple(whole), f"seed {seed}"
-
-
-@pytest.mark.parametrize("size", [0, 1, STATE_PIECE_BYTES, STATE_PIECE_BYTES + 1, 300_000])
-def test_a_saved_bucket_goes_in_pieces_small_enough_and_comes_back_whole(size: int) -> None:
-    blob = os.urandom(size)
-    pieces = state_pieces(blob)
-    assert all(0 < len(p) <= STATE_PIECE_BYTES for (p,) in pieces)
-    assert len(pieces) == -(-size // STATE_PIECE_BYTES)
-    assert joined_state(pieces) == (blob or None)
+def test_hosts_with_late_events_or_a_clock_ahead_are_counted_by_name():
+    rng = random.Random(5)
+    now = T0 + 1000
+    b = Bucket(CFG, window_end_clock)
+    b.process([_record(0, [_row(now - 5, "web-1", 0, rng)], None)], None)
+    rows = [
+        _row(now - 5, "web-1", 1, rng),  # on time
+        {**_row(now - 400, "web-2", 1, rng), "events": 4},  # late
+        _row(now + 90, "web-3", 1, rng),  # 90 s ahead of the job's clock
+    ]
+    em = b.process([Record(1, 0, now, now - 5, "\n".join(json.dumps(r) for r in rows))], None)
+    hosts = em.stats()["hosts"]
+    assert set(hosts) == {"web-2", "web-3"}
+    assert hosts["web-2"]["late"] == 4 and hosts["web-2"]["offset_s"] == -400.0
+    assert hosts["web-3"]["late"] == 0 and hosts["web-3"]["offset_s"] == 90.0
+    # the clock bounds the fleet's time: web-3 does not make web-1's next window late
+    assert b.windows.max_event_s == now

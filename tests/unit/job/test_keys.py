@@ -6,8 +6,6 @@ from __future__ import annotations
 import itertools
 
 from streaming.detectors.config import DetectorConfig
-from streaming.job.gate import gate_key
-from streaming.job.ingest import bucket_key
 from streaming.job.open_windows import window_key
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate, client_id, series_key
@@ -80,11 +78,3 @@ def test_findings_of_two_series_whose_plain_keys_would_collide_are_kept_apart():
     keys = [f.key for f in out.findings if f.kind == "close_wait_buildup"]
     assert len(keys) == 2 and len(set(keys)) == 2
     assert set(t.findings) == set(keys)  # the tracker remembers them under the published keys
-
-
-def test_a_partials_gate_record_is_no_bucket_row_of_any_run():
-    """The state query keeps the partials topic's records whose key starts with its run's
-    prefix; a gate record's key must never do so, for its own run or another."""
-    runs = ["0123456789ab", "gate", "", "a" * 12]
-    for run, other in itertools.product(runs, repeat=2):
-        assert not gate_key(run).decode().startswith(bucket_key(other, ""))

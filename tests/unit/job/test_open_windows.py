@@ -1,5 +1,5 @@
-"""Merging per-batch partial window rows: statistics, watermark, late counts, batches written
-twice (no Spark: partial rows are written by hand)."""
+"""Merging per-batch partial window rows: statistics, watermark, late counts (no Spark: partial
+rows are written by hand)."""
 
 from __future__ import annotations
 
@@ -142,23 +142,10 @@ def test_restored_before_every_batch_the_windows_behave_as_if_never_stopped():
     assert ws.max_event_s == steady.max_event_s and ws.open == steady.open
 
 
-def test_a_batch_written_twice_is_merged_once():
-    first = [part(T0, batch=3, events=2), part(T0, batch=3, events=5, broker_endpoint="b:9092")]
-    once, twice = OpenWindows(60.0, 120.0), OpenWindows(60.0, 120.0)
-    once.apply(first)
-    twice.apply(first[:1])  # a crash after the first row was written: the batch runs again
-    again = twice.apply(first)
-    assert again.duplicates == 1
-    assert twice.open == once.open
-    (row,) = twice.apply([part(T0, batch=4, events=1)]).rows  # the next batch counts again
-    assert row["events"] == 8
-    assert twice.apply([part(T0, batch=3, events=9)]).duplicates == 1  # older: never again
-
-
 def test_the_fleets_event_time_closes_windows_of_quiet_series():
     ws = OpenWindows(60.0, 120.0)
     ws.apply([part(T0)])
-    ws.advance(T0 + 200)  # another series' events, seen through a tick
+    ws.advance(T0 + 200)  # another series' events, seen through the fleet's watermark
     ws.evict()
     assert ws.open == {} and ws.watermark() == T0 + 80
     assert ws.apply([part(T0, events=4)]).late == 4

@@ -124,3 +124,16 @@ def test_start_check_of_missing_and_unchecked_topics() -> None:
     got = start_problems(required, {"a": None, "b": {"cleanup.policy": "compact"}})
     assert got == [Problem("a", "exists", None, "yes")]  # c could not be described: skipped
     assert str(got[0]) == "a: does not exist (run connmon topics create)"
+
+
+def test_start_check_of_the_largest_record_a_topic_takes() -> None:
+    required = {"p": "partials", "f": "findings", "e": "events"}
+    configs = {
+        "p": {"cleanup.policy": "delete", "max.message.bytes": "1048588"},  # the broker default
+        "f": {"cleanup.policy": "compact", "max.message.bytes": "300"},
+        "e": {"cleanup.policy": "delete", "max.message.bytes": "1048588"},
+    }
+    assert [str(p) for p in start_problems(required, configs)] == [
+        "p: max.message.bytes is 1048588, must be at least 16777216",
+        "f: max.message.bytes is 300, must be at least 65536",
+    ]
