@@ -224,6 +224,7 @@ _STATUS_FIELDS = {
     "connmon_job_watermark_delay_seconds": "watermark_delay_s",
     "connmon_job_dead_letter_events_total": "dead_letter_total",
     "connmon_job_late_events_total": "late_events_total",
+    "connmon_job_internal_errors_total": "internal_errors_total",
 }
 
 

@@ -27,6 +27,7 @@ keeps trails the fleet's newest event time by ``SPARK_DELAY_S``, which no record
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,10 +43,13 @@ from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
+from streaming.schema.status import INTERNAL_ERROR, dead_letter, error_detail
 from streaming.schema.times import iso, iso_now
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+
+log = logging.getLogger(__name__)
 
 # What the state query emits: records for the aggregates and findings topics, and, when there
 # is something to count, one row with ``topic`` null holding the bucket's ``Emitted.stats``.
@@ -113,16 +117,32 @@ class Emitted:
 
     aggregates: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     findings: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    dead_letters: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     late: int = 0  # events whose window had closed
     duplicates: int = 0  # records of an ingest batch already applied (run again after a crash)
     hosts: dict[str, HostBatch] = field(default_factory=dict)  # hosts late or ahead only
 
     def stats(self) -> dict[str, Any] | None:
         """The counts for the driver; None when there is nothing to count."""
-        if not (self.late or self.duplicates or self.hosts):
+        if not (self.late or self.duplicates or self.hosts or self.dead_letters):
             return None
         hosts = {h: b.to_dict() for h, b in self.hosts.items()}
-        return {"late": self.late, "duplicates": self.duplicates, "hosts": hosts}
+        return {
+            "late": self.late,
+            "duplicates": self.duplicates,
+            "hosts": hosts,
+            "internal_errors": len(self.dead_letters),
+        }
+
+    def absorb(self, other: Emitted) -> None:
+        """Add what ``other`` (a later call on the same bucket) publishes and counts."""
+        self.aggregates += other.aggregates
+        self.findings += other.findings
+        self.dead_letters += other.dead_letters
+        self.late += other.late
+        self.duplicates += other.duplicates
+        for host, b in other.hosts.items():
+            self.hosts.setdefault(host, HostBatch()).merge(b.to_dict())
 
 
 class Bucket:
@@ -252,10 +272,52 @@ class Bucket:
         return int(round((boundary - SPARK_DELAY_S) * 1000))
 
 
+def process_or_set_aside(
+    saved: bytes | None,
+    records: list[Record],
+    fleet_s: float | None,
+    cfg: DetectorConfig,
+    clock: Callable[[Aggregate], str],
+    latest_only: bool,
+    where: str,
+) -> tuple[Bucket, Emitted]:
+    """``Bucket.process`` on the bucket ``saved``, such that no record can stop the job: when
+    processing fails (a bug), the records are applied again one by one from the saved state,
+    and each one that fails is left out and becomes an ``internal_error`` dead letter (its rows
+    as ``raw``, the exception as ``detail``). A failure with no record to blame leaves the
+    state as it was. ``where`` names the bucket in dead-letter keys and the log."""
+    bucket = Bucket.load(saved, cfg, clock)
+    try:
+        return bucket, bucket.process(records, fleet_s, latest_only)
+    except Exception:
+        log.exception("%s: processing failed; applying its records one by one", where)
+    bucket = Bucket.load(saved, cfg, clock)
+    em = Emitted()
+    for r in sorted(records, key=lambda r: (r.batch, r.part)) or [None]:
+        before = bucket.dump()
+        try:
+            em.absorb(bucket.process([] if r is None else [r], fleet_s, latest_only))
+        except Exception as exc:
+            bucket = Bucket.load(before, cfg, clock)
+            key = f"{where}:timer" if r is None else f"{where}:{r.batch}:{r.part}"
+            raw = None if r is None else r.rows.encode()
+            log.error("%s: set aside as a dead letter: %s", key, error_detail(exc))
+            em.dead_letters.append(
+                (key, dead_letter(INTERNAL_ERROR, error_detail(exc), raw, iso_now()))
+            )
+    if latest_only:
+        em.aggregates = list(dict(em.aggregates).items())
+    return bucket, em
+
+
 def output_rows(em: Emitted, topics: Mapping[str, str]) -> Iterator[tuple[Any, ...]]:
     """One bucket's ``Emitted`` as rows of ``OUTPUT_SCHEMA``: ``topics`` names the topic of
-    each kind (``aggregates``, ``findings``)."""
-    for kind, records in (("aggregates", em.aggregates), ("findings", em.findings)):
+    each kind (``aggregates``, ``findings``, ``deadletter``)."""
+    for kind, records in (
+        ("aggregates", em.aggregates),
+        ("findings", em.findings),
+        ("deadletter", em.dead_letters),
+    ):
         topic = topics[kind]
         for key, value in records:
             yield (topic, key, dumps(value))
@@ -296,7 +358,7 @@ def make_processor(
             timerValues: Any,  # noqa: N803
         ) -> Iterator[Any]:
             records = [Record(r.batch, r.part, r.now, r.fleet, r.value) for r in rows]
-            return self._run(records, timerValues, None)
+            return self._run(key, records, timerValues, None)
 
         def handleExpiredTimer(  # noqa: N802 - Spark's API
             self,
@@ -304,15 +366,18 @@ def make_processor(
             timerValues: Any,
             expiredTimerInfo: Any,  # noqa: N803
         ) -> Iterator[Any]:
-            return self._run([], timerValues, expiredTimerInfo.getExpiryTimeInMs())
+            return self._run(key, [], timerValues, expiredTimerInfo.getExpiryTimeInMs())
 
-        def _run(self, records: list[Record], timer_values: Any, fired: int | None) -> Any:
+        def _run(
+            self, key: Any, records: list[Record], timer_values: Any, fired: int | None
+        ) -> Any:
             saved = self.state.get()
-            bucket = Bucket.load(None if saved is None else bytes(saved[0]), cfg, clock)
+            fleet = fleet_time(timer_values.getCurrentWatermarkInMs())
+            blob = None if saved is None else bytes(saved[0])
+            where = f"bucket {key[0]}"
+            bucket, em = process_or_set_aside(blob, records, fleet, cfg, clock, latest_only, where)
             if fired is not None and bucket.timer_ms == fired:
                 bucket.timer_ms = None  # Spark deletes a timer once it has fired
-            fleet = fleet_time(timer_values.getCurrentWatermarkInMs())
-            em = bucket.process(records, fleet, latest_only)
             want = bucket.next_timer_ms()
             if want != bucket.timer_ms:
                 if bucket.timer_ms is not None:

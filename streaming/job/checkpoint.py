@@ -108,6 +108,50 @@ def open_checkpoint(
     return meta
 
 
+def uncommitted_offsets(
+    spark: SparkSession, checkpoint: str, query: str
+) -> tuple[int, list[tuple[str, int, int | None, int]]] | None:
+    """The batch a query planned but did not commit (the one it failed in), with the offsets
+    it reads: (batch, [(topic, partition, first or None if unknown, last)]); None when every
+    planned batch was committed. Read from the query's offset log (Spark's own records)."""
+    done = last_commit(spark, checkpoint, query)
+    fs, path = _fs(spark, join(checkpoint, query, "offsets"))
+    if not fs.exists(path):
+        return None
+    ids = [int(n) for st in fs.listStatus(path) if (n := st.getPath().getName()).isdigit()]
+    batch = max(ids, default=None)
+    if batch is None or (done is not None and batch <= done):
+        return None
+
+    def ends(*parts: str, skip: int) -> dict[tuple[str, int], int]:
+        text = (read_text(spark, join(checkpoint, query, *parts)) or "").lstrip("\0")
+        out: dict[tuple[str, int], int] = {}
+        for line in text.splitlines()[skip:]:
+            try:
+                topics = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(topics, dict):
+                for topic, parts in topics.items():
+                    if isinstance(parts, dict):
+                        out.update({(topic, int(p)): int(o) for p, o in parts.items()})
+        return out
+
+    # A batch's offsets: the version, the batch's metadata, then a line per source. The first
+    # batch starts where the source started (its own log: the version, then the offsets).
+    last = ends("offsets", str(batch), skip=2)
+    if batch - 1 in ids:
+        first = ends("offsets", str(batch - 1), skip=2)
+    else:
+        first = ends("sources", "0", "0", skip=1)
+    ranges = [
+        (topic, p, first.get((topic, p)), end - 1)
+        for (topic, p), end in sorted(last.items())
+        if first.get((topic, p)) is None or end > first[(topic, p)]
+    ]
+    return batch, ranges
+
+
 def last_commit(spark: SparkSession, checkpoint: str, query: str) -> int | None:
     """The newest batch a query committed to the checkpoint (None before its first)."""
     fs, path = _fs(spark, join(checkpoint, query, "commits"))

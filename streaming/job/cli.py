@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -54,6 +55,12 @@ def register(subparsers: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="at start, check every topic exists with the right cleanup.policy (default on)",
+    )
+    job.add_argument(
+        "--skip-offsets",
+        metavar="PARTITION:FIRST[-LAST],...",
+        help="events records to set aside unread, as dead letters with reason 'skipped' "
+        "(a record the job cannot get past: the failing batch's log line names its offsets)",
     )
     job.add_argument("--max-event-age", dest="max_event_age_s", help="e.g. 1d/24h; 'off'")
     job.add_argument("--max-event-future", dest="max_event_future_s", help="e.g. 5m; 'off'")
@@ -132,6 +139,7 @@ _JOB_FIELDS = (
     "check_topics",
     "max_event_age_s",
     "max_event_future_s",
+    "skip_offsets",
     "shuffle_partitions",
     "state_buckets",
 )
@@ -209,7 +217,7 @@ def run_job(args: argparse.Namespace) -> int:
                 break
             for q in job.queries:
                 if q.exception() is not None:
-                    print(f"connmon job: query {q.name} failed: {q.exception()}", file=sys.stderr)
+                    print(failure_line(spark, s, q.name, q.exception()), file=sys.stderr)
                     return 1
     finally:
         try:
@@ -218,6 +226,39 @@ def run_job(args: argparse.Namespace) -> int:
             stop_session(spark)
     stop.log_stopped("" if between else "a running batch was abandoned, it runs again on restart")
     return 0
+
+
+def failure_line(spark: Any, s: JobSettings, query: str, exc: Any) -> str:
+    """One line for a query that stopped: its batch, for the ingest query the events records
+    it was reading and how to set them aside, and the error's first line."""
+    from streaming.job.checkpoint import INGEST_QUERY, uncommitted_offsets
+
+    where = ""
+    try:
+        pending = uncommitted_offsets(spark, s.checkpoint, query) if s.checkpoint else None
+    except Exception:  # the checkpoint cannot be read: say what is known
+        pending = None
+    if pending is not None:
+        batch, ranges = pending
+        where = f" in batch {batch}"
+        events = [r for r in ranges if r[0] == s.events_topic and r[2] is not None]
+        if query == INGEST_QUERY and events:
+            skip = ",".join(f"{p}:{a}-{b}" for _t, p, a, b in events)
+            where += f" (events offsets {skip}; to set them aside: --skip-offsets {skip})"
+    return f"connmon job: query {query} failed{where}: {error_summary(str(exc))}"
+
+
+_RAISED = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception)\b.*:\s*\S")
+
+
+def error_summary(text: str) -> str:
+    """The line of a Spark error that says why: the last ``SomeError: message`` line (where a
+    Python or Java stack trace ends), else the first line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    raised = [line for line in lines if _RAISED.match(line)]
+    return (raised[-1] if raised else lines[0])[:400]
 
 
 def run_replay(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from streaming.detectors.config import DetectorConfig
 from streaming.job import clocks, parse, partial_rows
 from streaming.job.buckets import bucket_column
 from streaming.job.open_windows import SERIES
+from streaming.schema.status import INTERNAL_ERROR
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -49,6 +50,7 @@ class BatchStats:
     dead_letter_total: int  # since the job started
     input_rows: int = 0  # records of this batch: valid and rejected
     rejected: dict[str, int] = field(default_factory=dict)  # this batch's, by reason
+    internal_errors_total: int = 0  # records the decoder failed on, since the job started
 
 
 def bucket_key(run_id: str, bucket: int | str) -> str:
@@ -77,6 +79,7 @@ class Ingest:
         max_age_s: float | None = None,
         max_future_s: float | None = None,
         bound_by_clock: bool = True,
+        skip: tuple[tuple[int, int, int], ...] = (),
     ) -> None:
         self.cfg = cfg
         self.run_id = run_id
@@ -85,15 +88,17 @@ class Ingest:
         self.write_dead_letters = write_dead_letters
         self.max_age_s = max_age_s
         self.max_future_s = max_future_s
+        self.skip = skip
         # Live, the fleet's event time never passes the job's clock; replay has no "now".
         self.bound_by_clock = bound_by_clock
         self.fleet_s: float | None = None  # the fleet's newest event time, bounded
         self.dead_letter_total = 0
+        self.internal_errors_total = 0
         self.stats: BatchStats | None = None
 
     @cached_property
     def decode(self) -> parse.Decoder:
-        return parse.Decoder(self.max_age_s, self.max_future_s)
+        return parse.Decoder(self.max_age_s, self.max_future_s, self.skip)
 
     @cached_property
     def aggregate(self) -> partial_rows.PartialRows:
@@ -164,7 +169,14 @@ class Ingest:
             self.fleet_s = clocks.bounded(max(batch_newest, self.fleet_s or batch_newest), bound)
         rejected = {r: n for r, n in events.items() if r}
         self.dead_letter_total += sum(rejected.values())
-        self.stats = BatchStats(batch_id, self.dead_letter_total, sum(events.values()), rejected)
+        self.internal_errors_total += rejected.get(INTERNAL_ERROR, 0)
+        self.stats = BatchStats(
+            batch_id,
+            self.dead_letter_total,
+            sum(events.values()),
+            rejected,
+            self.internal_errors_total,
+        )
         log.info(
             "batch %d: %d record(s), %d rejected; partial rows %.2fs, second read %.2fs",
             batch_id,

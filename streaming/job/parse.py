@@ -26,11 +26,12 @@ from pyspark.sql import types as T
 from streaming.job import worker
 from streaming.schema import events, validate
 from streaming.schema.events import MAX_EVENT_BYTES, MAX_STRING_CHARS
+from streaming.schema.status import DEAD_LETTER_RAW_BYTES, INTERNAL_ERROR, SKIPPED, error_detail
 
 CORRUPT = "_corrupt"
 UNVERIFIED = "_unverified"  # a reason until ``Decoder.verify`` gives the real one, or none
+SKIPPED_DETAIL = "skipped as the job was told (--skip-offsets)"
 RAW_COLUMNS = ("value", "topic", "partition", "offset", "timestamp")  # of the Kafka source
-DEAD_LETTER_RAW_BYTES = 4096  # dead letters carry this much of the record, plus size and hash
 NOW_STEP_S = validate.NOW_STEP_S
 _NOW = "_connmon_now"
 _JSON_OPTIONS = {
@@ -177,9 +178,12 @@ def _slow_path(max_age_s: float | None, max_future_s: float | None) -> Any:
         worker.prepare()
         out = np.full(len(raw), None, dtype=object)
         for i in np.flatnonzero(raw.notna().to_numpy()):
-            v = validate.validate(raw.iat[i], float(now.iat[i]), max_age_s, max_future_s)
-            verdict = {"reason": v.reason, "detail": v.detail, "ts_us": v.ts_us, "event": v.event}
-            out[i] = json.dumps(verdict)
+            try:
+                v = validate.validate(raw.iat[i], float(now.iat[i]), max_age_s, max_future_s)
+                verdict = {"reason": v.reason, "detail": v.detail, "ts_us": v.ts_us}
+                out[i] = json.dumps({**verdict, "event": v.event})
+            except Exception as exc:  # a bug must not stop the job: the record is set aside
+                out[i] = json.dumps({"reason": INTERNAL_ERROR, "detail": error_detail(exc)})
         return pd.Series(out, index=raw.index)
 
     # Real classes, not the strings this module's annotations become: Spark reads them.
@@ -197,7 +201,13 @@ class Decoder:
     a round trip to the JVM, and building these a thousand calls anew took about a second per
     batch."""
 
-    def __init__(self, max_age_s: float | None = 86400.0, max_future_s: float | None = 300.0):
+    def __init__(
+        self,
+        max_age_s: float | None = 86400.0,
+        max_future_s: float | None = 300.0,
+        skip: tuple[tuple[int, int, int], ...] = (),
+    ):
+        """``skip``: (partition, first offset, last offset) of records to set aside unread."""
         e = "e"
         self._parse = [
             F.col("value").cast("binary").alias("raw"),
@@ -233,16 +243,24 @@ class Decoder:
             else F.lit(False)
         )
         size = F.octet_length("raw")
+        skipped = F.lit(False)
+        for partition, first, last in skip:
+            skipped = skipped | (
+                (F.col("partition") == partition) & F.col("offset").between(first, last)
+            )
+        skipped = F.coalesce(skipped, F.lit(False))
         self._pick = [
-            F.when(fast, F.col(e)).alias(e),
-            F.when(fast, ts).alias("ts"),
-            F.when(F.col("raw").isNull(), F.lit("null_value"))
+            F.when(fast & ~skipped, F.col(e)).alias(e),
+            F.when(fast & ~skipped, ts).alias("ts"),
+            F.when(skipped, F.lit(SKIPPED))
+            .when(F.col("raw").isNull(), F.lit("null_value"))
             .when(size == 0, F.lit("empty_value"))
             .when(F.col("_too_large"), F.lit("too_large"))
             .when(~fast, F.lit(UNVERIFIED))
             .when(too_old | too_new, F.lit("time_out_of_range"))
             .alias("reason"),
-            F.when(F.col("raw").isNull(), F.lit(validate.NULL_VALUE))
+            F.when(skipped, F.lit(SKIPPED_DETAIL))
+            .when(F.col("raw").isNull(), F.lit(validate.NULL_VALUE))
             .when(size == 0, F.lit(validate.EMPTY_VALUE))
             .when(F.col("_too_large"), F.format_string(validate.TOO_LARGE, size))
             .when(~fast, F.lit(None))

@@ -278,6 +278,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         kafka_dead_letter_writer(s),
         max_age_s=s.max_event_age_s,
         max_future_s=s.max_event_future_s,
+        skip=s.skip,
     )
 
     def publish_status(st: JobStatus) -> None:
@@ -300,7 +301,11 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
-    topics = {"aggregates": s.aggregates_topic, "findings": s.findings_topic}
+    topics = {
+        "aggregates": s.aggregates_topic,
+        "findings": s.findings_topic,
+        "deadletter": s.deadletter_topic,
+    }
     out = state_stream(
         partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, topics, True
     )
@@ -389,7 +394,7 @@ def replay(
 
         if Path(folder).exists():
             records = spark.readStream.schema(RECORD_SCHEMA).json(folder)
-            kinds = {"aggregates": "aggregates", "findings": "findings"}
+            kinds = {k: k for k in ("aggregates", "findings", "deadletter")}
             _run_to_end(
                 state_stream(records, cfg, buckets.window_end_clock, kinds, False)
                 .writeStream.outputMode("update")
@@ -400,6 +405,8 @@ def replay(
         for r in out:
             if r.topic in by_kind:
                 by_kind[r.topic].append(json.loads(r.value))
+            elif r.topic == "deadletter":
+                dead.append(json.loads(r.value))
         return ReplayResult(
             findings=sorted(by_kind["findings"], key=lambda f: f["updated_at"]),
             aggregates=sorted(by_kind["aggregates"], key=lambda a: a["window_end"]),

@@ -50,6 +50,8 @@ class JobSettings:
     fail_on_data_loss: bool = True
     max_event_age_s: float | None = 86400.0
     max_event_future_s: float | None = 300.0
+    # Events records to set aside unread: "partition:first[-last],..." of the events topic.
+    skip_offsets: str = ""
     shuffle_partitions: int = 4
     # Series are spread over this many state buckets; fixed for the life of a checkpoint.
     state_buckets: int = 256
@@ -65,6 +67,11 @@ class JobSettings:
     @property
     def local(self) -> bool:
         return self.master.startswith("local")
+
+    @property
+    def skip(self) -> tuple[tuple[int, int, int], ...]:
+        """``skip_offsets`` as (partition, first offset, last offset) ranges."""
+        return parse_offset_ranges("skip-offsets", self.skip_offsets)
 
     def validate(self) -> JobSettings:
         """Check every setting; raise ConfigError naming the first wrong one."""
@@ -100,6 +107,7 @@ class JobSettings:
             raise ConfigError("shuffle-partitions: must be at least 1")
         if not 1 <= self.state_buckets <= 1_000_000:
             raise ConfigError("state-buckets: must be between 1 and 1000000")
+        self.skip  # noqa: B018 - parses, or raises naming the setting
         for name in ("max_event_age_s", "max_event_future_s"):
             v = getattr(self, name)
             if v is not None and v <= 0:
@@ -120,6 +128,28 @@ class JobSettings:
             if not 1 <= getattr(d, name) <= 60:
                 raise ConfigError(f"detectors.{name}: must be between 1 and 60 windows")
         return self
+
+
+_RANGE = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def parse_offset_ranges(name: str, text: str | None) -> tuple[tuple[int, int, int], ...]:
+    """``0:1200-1250,3:77`` -> ((0, 1200, 1250), (3, 77, 77)); empty or None -> ()."""
+    out = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        m = _RANGE.match(item)
+        if not m:
+            raise ConfigError(
+                f"{name}: {item.strip()!r} is not PARTITION:OFFSET or PARTITION:FIRST-LAST"
+            )
+        first = int(m.group(2))
+        last = int(m.group(3)) if m.group(3) is not None else first
+        if last < first:
+            raise ConfigError(f"{name}: {item.strip()!r} ends before it starts")
+        out.append((int(m.group(1)), first, last))
+    return tuple(out)
 
 
 def parse_duration(name: str, text: str | float) -> float:
@@ -243,5 +273,8 @@ def _coerce(s: JobSettings) -> None:
             setattr(s, name, int(getattr(s, name)))
         except ValueError:
             raise ConfigError(f"{name.replace('_', '-')}: not an integer") from None
+    if isinstance(s.skip_offsets, list | tuple):
+        s.skip_offsets = ",".join(str(x) for x in s.skip_offsets)
+    s.skip_offsets = "" if s.skip_offsets is None else str(s.skip_offsets)
     s.trigger = str(s.trigger)
     parse_duration("trigger", s.trigger)

@@ -35,6 +35,7 @@ class StateView:
     watermark_s: float | None = None
     max_event_s: float | None = None
     late_events_total: int = 0
+    internal_errors_total: int = 0  # records the state query set aside
 
 
 def fold_state_progress(
@@ -61,6 +62,7 @@ def fold_state_progress(
     for text in metrics.get("stats") or []:
         stats = json.loads(text)
         view.late_events_total += int(stats.get("late") or 0)
+        view.internal_errors_total += int(stats.get("internal_errors") or 0)
         merge_hosts(hosts, stats.get("hosts") or {})
     if hosts or clocks.hosts:
         clocks.update(hosts, now)
@@ -96,6 +98,8 @@ def status_from_progress(
         late_events_total=view.late_events_total,
         last_event_time=iso(view.max_event_s) if view.max_event_s is not None else None,
         hosts=hosts,
+        internal_errors_total=view.internal_errors_total
+        + (stats.internal_errors_total if stats is not None else 0),
     )
 
 

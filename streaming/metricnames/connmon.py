@@ -124,6 +124,12 @@ JOB_METRICS: tuple[Metric, ...] = (
         "Events that arrived behind the watermark (dropped) since the job started.",
     ),
     _job(
+        "connmon_job_internal_errors_total",
+        "counter",
+        "Records the job's own code failed on and set aside as dead letters (reason "
+        "internal_error) instead of stopping, since the job started: each is a bug to report.",
+    ),
+    _job(
         "connmon_job_last_event_timestamp_seconds",
         "gauge",
         "Event time of the newest event the job has processed (Unix time).",

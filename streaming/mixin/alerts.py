@@ -164,6 +164,18 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             cfg,
+            "ConnMonJobInternalErrors",
+            f"sum by (job_id, query) (increase(connmon_job_internal_errors_total{{{ex}}}[{w}])) "
+            "> 0",
+            "0m",
+            "The connmon job set aside records its own code failed on.",
+            "Query {{ $labels.query }} of job {{ $labels.job_id }} failed on "
+            "{{ $value | humanize }} record(s) in the last " + w + " and wrote them to the "
+            "dead-letter topic with reason internal_error instead of stopping: a bug in connmon.",
+            "warning",
+        ),
+        _alert(
+            cfg,
             "ConnMonHostClockSkew",
             # Signed, so the description can say ahead or behind: the offset's magnitude is
             # past the watermark either way.

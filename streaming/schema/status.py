@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_VERSION = 1
+INTERNAL_ERROR = "internal_error"  # a record the job's own code failed on (a bug), set aside
+SKIPPED = "skipped"  # a record the operator told the job to skip (``connmon job --skip-offsets``)
+DEAD_LETTER_RAW_BYTES = 4096  # dead letters carry this much of the record, plus size and hash
 # In the order they are tested (streaming.schema.validate).
 DEADLETTER_REASONS = (
     "null_value",
@@ -21,7 +26,40 @@ DEADLETTER_REASONS = (
     "field_too_long",
     "invalid_value",
     "time_out_of_range",
+    SKIPPED,
+    INTERNAL_ERROR,
 )
+
+
+def error_detail(exc: BaseException) -> str:
+    """An exception as a dead letter's ``detail``: its type and message, bounded."""
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def dead_letter(
+    reason: str,
+    detail: str | None,
+    raw: bytes | None,
+    rejected_at: str,
+    topic: str | None = None,
+    partition: int | None = None,
+    offset: int | None = None,
+    kafka_timestamp: str | None = None,
+) -> dict[str, Any]:
+    """A ``connmon.deadletter`` value (the job's decoder builds the same in Spark SQL)."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "reason": reason,
+        "detail": detail,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "kafka_timestamp": kafka_timestamp,
+        "raw": None if raw is None else base64.b64encode(raw[:DEAD_LETTER_RAW_BYTES]).decode(),
+        "raw_bytes": 0 if raw is None else len(raw),
+        "raw_sha256": None if raw is None else hashlib.sha256(raw).hexdigest(),
+        "rejected_at": rejected_at,
+    }
 
 
 @dataclass
@@ -44,6 +82,9 @@ class JobStatus:
     # hosts whose clock is off or whose events arrived late: [{"host", "clock_offset_s",
     # "skewed_events_total", "late_events_total"}], the most skewed first
     hosts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # records the job's own code failed on and set aside as dead letters (reason
+    # internal_error), since the job started: each is a bug to report
+    internal_errors_total: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

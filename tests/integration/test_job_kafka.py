@@ -4,6 +4,7 @@ letters and job status out; SIGKILL + restart from the checkpoint; a Spark stand
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -148,6 +149,51 @@ def test_a_bucket_of_thousands_of_series_is_saved_and_restored(
         assert all(q.isActive for q in job.queries)
     finally:
         job.stop()
+
+
+def test_a_batch_that_fails_is_named_with_the_events_it_was_reading(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    """The one line ``connmon job`` prints when a query stops: the batch, the events offsets it
+    was reading (from Spark's own offset log), and the ``--skip-offsets`` that sets them aside."""
+    from streaming.job.checkpoint import INGEST_QUERY, join
+    from streaming.job.cli import failure_line
+    from streaming.job.pipeline import kafka_source
+
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    produce(t.bootstrap, t.events, ["{}"] * 7, key="one-partition")
+    s = t.settings(checkpoint=str(tmp_path / "ckpt"))
+
+    def fail(_df, batch_id):
+        raise RuntimeError(f"a bug in batch {batch_id}")
+
+    q = (
+        kafka_source(spark, s)
+        .writeStream.foreachBatch(fail)
+        .option("checkpointLocation", join(s.checkpoint, INGEST_QUERY))
+        .start()
+    )
+    with contextlib.suppress(Exception):
+        q.awaitTermination(120)
+    assert q.exception() is not None
+    line = failure_line(spark, s, INGEST_QUERY, q.exception())
+    partition = next(p for p, n in enumerate(partition_sizes(t)) if n)
+    skip = f"{partition}:0-6"
+    assert line.startswith(
+        f"connmon job: query aggregates failed in batch 0 (events offsets {skip}; "
+        f"to set them aside: --skip-offsets {skip}): "
+    ), line
+    assert line.endswith("RuntimeError: a bug in batch 0") and "\n" not in line
+
+
+def partition_sizes(t: Topics) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": t.bootstrap, "group.id": "sizes"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(t.events, p), timeout=10)[1] for p in (0, 1)]
+    finally:
+        c.close()
 
 
 # ---- SIGKILL and restart -------------------------------------------------------------------

@@ -298,3 +298,14 @@ def test_a_checkpoint_keeps_its_settings_and_refuses_others_by_name(spark, tmp_p
     (tmp_path / "old" / "aggregates").mkdir(parents=True)  # a Spark checkpoint, no connmon.json
     with pytest.raises(ConfigError, match=r"^checkpoint: .* has no connmon.json"):
         open_checkpoint(spark, str(tmp_path / "old"), 60.0, 256)
+
+
+def test_records_the_operator_skips_are_dead_letters_unread(spark):
+    lines = [json.dumps(e) for e in gen.healthy(gen.RECORDED_START, duration_s=20)][:6]
+    decoder = parse.Decoder(None, None, skip=((0, 1, 2), (0, 5, 5), (3, 0, 99)))
+    got = {r.offset: (r.reason, r.ts) for r in decoder.judge(_raw(spark, lines)).collect()}
+    assert [got[o][0] for o in range(6)] == [None, "skipped", "skipped", None, None, "skipped"]
+    assert got[1][1] is None  # not read: no event time
+    (letter,) = [json.loads(r.value) for r in parse.dead_letters(
+        decoder.judge(_raw(spark, lines))).collect() if r.key == "0:5"]  # fmt: skip
+    assert letter["detail"] == parse.SKIPPED_DETAIL and letter["raw"]

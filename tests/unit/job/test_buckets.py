@@ -16,13 +16,14 @@ from streaming.job.buckets import (
     decompress,
     fleet_time,
     output_rows,
+    process_or_set_aside,
     window_end_clock,
 )
 from streaming.job.open_windows import flat_col
 
 CFG = DetectorConfig()
 T0 = 1_795_000_020.0  # a window start (a multiple of 60)
-TOPICS = {"aggregates": "aggs", "findings": "finds"}
+TOPICS = {"aggregates": "aggs", "findings": "finds", "deadletter": "dead"}
 
 
 def _row(t: float, host: str, batch: int, rng: random.Random) -> dict:
@@ -207,3 +208,22 @@ def test_hosts_with_late_events_or_a_clock_ahead_are_counted_by_name():
     assert hosts["web-3"]["late"] == 0 and hosts["web-3"]["offset_s"] == 90.0
     # the clock bounds the fleet's time: web-3 does not make web-1's next window late
     assert b.windows.max_event_s == now
+
+
+def test_a_record_the_bucket_fails_on_is_set_aside_and_the_others_are_applied():
+    rng = random.Random(6)
+    good = [_row(T0 + 5, f"web-{h}", 0, rng) for h in range(3)]
+    saved = Bucket(CFG, window_end_clock).dump()
+    bad = Record(1, 0, None, T0 + 5, json.dumps({**good[0], "window_start_s": "soon"}))
+    records = [_record(0, good, None), bad, _record(2, good, T0 + 5)]
+    bucket, em = process_or_set_aside(saved, records, None, CFG, window_end_clock, True, "b 7")
+    ((key, letter),) = em.dead_letters
+    assert key == "b 7:1:0" and letter["reason"] == "internal_error"
+    assert letter["detail"].startswith("TypeError") and letter["raw_bytes"] == len(bad.rows)
+    assert em.stats()["internal_errors"] == 1
+    assert bucket.applied == (2, [0]) and len(em.aggregates) == 3  # batches 0 and 2 applied
+    clean = Bucket(CFG, window_end_clock)
+    clean.process([_record(0, good, None), _record(2, good, T0 + 5)], None)
+    assert bucket.windows.open == clean.windows.open  # nothing of the bad record stayed
+    rows = list(output_rows(em, TOPICS))
+    assert ("dead", "b 7:1:0") in {r[:2] for r in rows}

@@ -73,6 +73,7 @@ def test_status_record_matches_the_contract_example():
         "late_events_total": 0,
         "last_event_time": "2026-11-21T05:01:01.900Z",
         "hosts": [HOST],
+        "internal_errors_total": 0,
     }
 
 

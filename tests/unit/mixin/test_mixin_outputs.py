@@ -22,7 +22,7 @@ EXPECTED_ALERTS = {
     "ConnMonCloseWaitBuildup", "ConnMonIdleChurn", "ConnMonDuplicateConnections",
     "ConnMonIdleZombie", "ConnMonConnectionStorm", "ConnMonTimeWaitPileup", "ConnMonAgentDown",
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
-    "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew",
+    "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInternalErrors",
 }  # fmt: skip
 
 
