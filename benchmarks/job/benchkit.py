@@ -52,10 +52,13 @@ def topic_names(prefix: str, partials: bool = False) -> dict[str, str]:
 def create_job_topics(bootstrap: str, names: dict[str, str], partitions: int) -> None:
     """Events (and partials, as many partitions: docs/job.md) with ``partitions``, dead letters
     with one, the compacted outputs with one each."""
-    plain = {names["events"]: partitions, names["deadletter"]: 1}
-    if "partials" in names:
-        plain[names["partials"]] = partitions
-    create_topics(bootstrap, plain)
+    create_topics(bootstrap, {names["events"]: partitions, names["deadletter"]: 1})
+    if "partials" in names:  # as ``connmon topics create`` makes it (docs/topics.md)
+        from streaming.topics.spec import DEFAULTS
+
+        (spec,) = [s for s in DEFAULTS if s.role == "partials"]
+        size = {"max.message.bytes": spec.configs["max.message.bytes"]}
+        create_topics(bootstrap, {names["partials"]: partitions}, config=size)
     create_topics(bootstrap, {names[k]: 1 for k in COMPACTED}, config={"cleanup.policy": "compact"})
 
 

@@ -26,12 +26,14 @@ keeps trails the fleet's newest event time by ``SPARK_DELAY_S``, which no record
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 
@@ -112,6 +114,16 @@ class Record(NamedTuple):
 
 
 @dataclass
+class Applied:
+    """The newest ingest batch a bucket applied: which of its parts, and the fleet's newest
+    event time before it, which judges every part of it (a part may come in a later call)."""
+
+    batch: int
+    parts: list[int]
+    newest_before: float | None
+
+
+@dataclass
 class Emitted:
     """What one bucket publishes for a call: aggregates, then findings, and what it counted."""
 
@@ -152,7 +164,7 @@ class Bucket:
         self.cfg = cfg
         self.windows = OpenWindows(cfg.window_s, cfg.watermark_s)
         self.tracker = Tracker(cfg, clock)
-        self.applied: tuple[int, list[int]] | None = None  # newest ingest batch, its parts
+        self.applied: Applied | None = None  # the newest ingest batch it applied
         self.timer_ms: int | None = None  # the event-time timer set in Spark (watermark, ms)
 
     @classmethod
@@ -165,7 +177,7 @@ class Bucket:
             b.windows.load_state(doc["windows"])
             b.tracker.load_state(doc["tracker"])
             applied = doc["applied"]
-            b.applied = None if applied is None else (applied[0], applied[1])
+            b.applied = None if applied is None else Applied(*applied)
             b.timer_ms = doc["timer_ms"]
         return b
 
@@ -173,7 +185,7 @@ class Bucket:
         doc = {
             "windows": self.windows.to_state(),
             "tracker": self.tracker.to_state(),
-            "applied": self.applied,
+            "applied": None if self.applied is None else dataclasses.astuple(self.applied),
             "timer_ms": self.timer_ms,
         }
         return compress(orjson.dumps(doc))
@@ -193,15 +205,22 @@ class Bucket:
         (from Spark's watermark; None before it has one): windows close, findings of quiet
         series resolve. Without records (a timer), only the latter."""
         em = Emitted()
-        for r in sorted(records, key=lambda r: (r.batch, r.part)):
-            if self._seen(r):
-                em.duplicates += 1
+        ordered = sorted(records, key=lambda r: (r.batch, r.part))
+        for batch, group in itertools.groupby(ordered, key=lambda r: r.batch):
+            new = []
+            for r in group:
+                if self._seen(r):
+                    em.duplicates += 1
+                else:
+                    new.append(r)
+            if not new:
                 continue
-            self._advance(r.fleet, em)
-            self._apply([orjson.loads(line) for line in r.rows.split("\n")], r.now, em)
-            if self.applied is None or self.applied[0] != r.batch:
-                self.applied = (r.batch, [])
-            self.applied[1].append(r.part)
+            if self.applied is None or self.applied.batch != batch:
+                self._advance(new[0].fleet, em)
+                self.applied = Applied(batch, [], self.windows.max_event_s)
+            rows = [orjson.loads(line) for r in new for line in r.rows.split("\n")]
+            self._apply(rows, new[0].now, self.applied.newest_before, em)
+            self.applied.parts.extend(r.part for r in new)
         self._advance(fleet_s, em)
         if latest_only:  # a compacted topic: only a series' newest window matters
             em.aggregates = list(dict(em.aggregates).items())
@@ -210,10 +229,8 @@ class Bucket:
     def _seen(self, r: Record) -> bool:
         """Applied already: a record of an older batch, or a part of the newest one (a batch
         is written whole before the next, so its records come before the next batch's)."""
-        if self.applied is None:
-            return False
-        batch, parts = self.applied
-        return r.batch < batch or (r.batch == batch and r.part in parts)
+        a = self.applied
+        return a is not None and (r.batch < a.batch or (r.batch == a.batch and r.part in a.parts))
 
     def _advance(self, fleet_s: float | None, em: Emitted) -> None:
         """The fleet's event time moved on to ``fleet_s``: once it is in a later window than
@@ -221,11 +238,18 @@ class Bucket:
         self.windows.advance(fleet_s)
         end = self._fleet_end()
         if end is not None and (self.tracker.max_window_end or "") < end:
-            self._apply([], None, em)
+            self._apply([], None, "own", em)
 
-    def _apply(self, parts: list[dict[str, Any]], now: float | None, em: Emitted) -> None:
-        """One ingest batch's rows (or none) through windows, detectors, findings."""
-        result = self.windows.apply(parts, bound=now)
+    def _apply(
+        self,
+        parts: list[dict[str, Any]],
+        now: float | None,
+        newest_before: float | None | Literal["own"],
+        em: Emitted,
+    ) -> None:
+        """One ingest batch's rows (or none) through windows, detectors, findings; late or not
+        against the fleet's time ``newest_before`` the batch ("own": the windows' own)."""
+        result = self.windows.apply(parts, bound=now, newest_before=newest_before)
         em.late += result.late
         self._count_hosts(parts, result.late_by_host, now, em)
         aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from streaming.job.clocks import bounded
 from streaming.schema.aggregates import SERIES_FIELDS, key_part
@@ -264,12 +264,19 @@ class OpenWindows:
         self.max_event_s = _max(self.max_event_s, max_event_s)
 
     def apply(
-        self, partials: Iterable[Mapping[str, Any]], bound: float | None = None
+        self,
+        partials: Iterable[Mapping[str, Any]],
+        bound: float | None = None,
+        newest_before: float | None | Literal["own"] = "own",
     ) -> BatchResult:
         """Merge one batch's partial rows; evict the windows the new watermark closes.
         ``bound``: the job's clock when the batch started; a row's event time beyond it is
-        evidence of the fleet's event time only up to it (``clocks``)."""
-        wm = self.watermark()
+        evidence of the fleet's event time only up to it (``clocks``). ``newest_before``: the
+        fleet's newest event time before the batch (None: unknown, nothing is late), against
+        which its rows are judged late, when rows of the batch were merged already; by default
+        the newest these windows have seen."""
+        before = self.max_event_s if newest_before == "own" else newest_before
+        wm = None if before is None else before - self.watermark_s
         touched: dict[str, None] = {}  # insertion-ordered set
         late = 0
         late_by_host: dict[str, int] = {}

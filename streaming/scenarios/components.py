@@ -23,6 +23,7 @@ from streaming.scenarios.launcher import Proc, stop_all
 from streaming.stack.kafka import KafkaCluster, create_topics
 from streaming.stack.ports import free_port
 from streaming.stack.prometheus import PrometheusServer
+from streaming.topics.spec import PARTIALS_MAX_BYTES
 
 EVENTS, AGGREGATES, FINDINGS = "connmon.events", "connmon.aggregates", "connmon.findings"
 DEADLETTER, JOB_STATUS = "connmon.deadletter", "connmon.job-status"
@@ -180,7 +181,9 @@ class Components:
     def start(self, clusters: Mapping[str, KafkaCluster], apps: Iterable[str] = ()) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.home = clusters[HOME_CLUSTER].bootstrap_servers
-        create_topics(self.home, {EVENTS: 3, DEADLETTER: 1, PARTIALS: 3})
+        create_topics(self.home, {EVENTS: 3, DEADLETTER: 1})
+        size = {"max.message.bytes": str(PARTIALS_MAX_BYTES)}  # as `connmon topics create`
+        create_topics(self.home, {PARTIALS: 3}, size)
         create_topics(
             self.home, {AGGREGATES: 3, FINDINGS: 3, JOB_STATUS: 1}, {"cleanup.policy": "compact"}
         )

@@ -55,8 +55,9 @@ def test_malformed_records_get_the_documented_reasons(spark):
     got = decoded.select("offset", "reason")
     expected = spark.createDataFrame(list(enumerate(reasons)), "offset long, reason string")
     assertDataFrameEqual(got, expected)
-    # every documented reason is exercised, and no other
-    assert set(reasons) == set(DEADLETTER_REASONS)
+    # every documented reason is exercised, and no other (but the job's own: a record its
+    # operator skips, tested below, and one its code fails on, a bug)
+    assert set(reasons) | {"skipped", "internal_error"} == set(DEADLETTER_REASONS)
 
 
 def test_a_tombstone_is_a_dead_letter_without_bytes(spark):
