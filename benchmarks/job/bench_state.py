@@ -34,7 +34,7 @@ from streaming.job.buckets import Bucket, Record, output_rows, window_end_clock 
 from streaming.job.open_windows import flat_col  # noqa: E402
 
 T0 = 1_795_000_020.0  # a window start
-TOPICS = {"aggregates": "a", "findings": "f"}
+TOPICS = {"aggregates": "a", "findings": "f", "deadletter": "d"}
 
 
 def batch_rows(series: int, t: float, interval: float, trigger: float) -> list[dict]:
