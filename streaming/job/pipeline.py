@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 PARTIALS_MAX_BYTES = 16 * 1024 * 1024
 # The record values the state query needs besides the rows, as Kafka headers (string values).
 HEADERS = ("batch", "part", "now", "fleet", "t")
-RECORD_SCHEMA = "key string, value string, batch long, part int, now double, fleet double, t double"
+RECORD_TYPES = {"batch": "long", "part": "int", "now": "double", "fleet": "double", "t": "double"}
 
 
 # ---- Kafka options ---------------------------------------------------------------------------
@@ -132,11 +132,10 @@ def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFra
     def header(name: str) -> Any:
         return F.expr(f"CAST(filter(headers, h -> h.key = '{name}')[0].value AS STRING)")
 
-    types = dict(c.split() for c in RECORD_SCHEMA.split(", "))
     return raw.select(
         F.col("key").cast("string").alias("key"),
         F.col("value").cast("string").alias("value"),
-        *[header(h).cast(types[h]).alias(h) for h in HEADERS],
+        *[header(h).alias(h) for h in HEADERS],
     ).where(F.col("key").startswith(bucket_key(run_id, "")))
 
 
@@ -150,15 +149,13 @@ def state_stream(
     """Records (``RECORD_COLUMNS``) -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
     store. Spark's watermark trails the fleet's newest event time (each record's newest,
     bounded by the job's clock when its batch started) by ``buckets.SPARK_DELAY_S``."""
-    time_col = F.timestamp_millis(F.round(F.least("t", "now") * F.lit(1000)).cast("long"))
+    typed = {h: F.col(h).cast(t) for h, t in RECORD_TYPES.items()}
+    newest = F.least(typed["t"], typed["now"])  # least() skips a null: no clock in a replay
     keyed = records.select(
         F.substring_index("key", ":", -1).cast("int").alias("bucket"),
-        "batch",
-        "part",
-        "now",
-        "fleet",
+        *[typed[h].alias(h) for h in ("batch", "part", "now", "fleet")],
         "value",
-        time_col.alias("time"),
+        F.timestamp_millis(F.round(newest * F.lit(1000)).cast("long")).alias("time"),
     )
     return (
         keyed.withWatermark("time", f"{buckets.SPARK_DELAY_S} seconds")
@@ -216,9 +213,7 @@ def kafka_record_writer(s: JobSettings) -> Callable[[DataFrame], None]:
     def write(df: DataFrame) -> None:
         headers = F.array(
             *[
-                F.struct(
-                    F.lit(h).alias("key"), F.col(h).cast("string").cast("binary").alias("value")
-                )
+                F.struct(F.lit(h).alias("key"), F.col(h).cast("binary").alias("value"))
                 for h in HEADERS
             ]
         )
@@ -393,7 +388,8 @@ def replay(
             out.extend(df.collect())
 
         if Path(folder).exists():
-            records = spark.readStream.schema(RECORD_SCHEMA).json(folder)
+            schema = ", ".join(f"{c} string" for c in RECORD_COLUMNS)
+            records = spark.readStream.schema(schema).json(folder)
             kinds = {k: k for k in ("aggregates", "findings", "deadletter")}
             _run_to_end(
                 state_stream(records, cfg, buckets.window_end_clock, kinds, False)
