@@ -319,19 +319,12 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     )
     queries: list[StreamingQuery] = []
     job = RunningJob(spark, queries, listener, [status_sink], temp_dirs)
-    sc = spark.sparkContext
     try:
-        # Each query's jobs run in the scheduler pool of its name (``session.POOLS_FILE``): a
-        # query's thread takes the pool set when it starts.
-        sc.setLocalProperty("spark.scheduler.pool", STATE_QUERY)
         queries.append(state_writer.start())
-        sc.setLocalProperty("spark.scheduler.pool", INGEST_QUERY)
         queries.append(ingest_writer.start())
     except BaseException:
         job.stop()
         raise
-    finally:
-        sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
     return job
 
 

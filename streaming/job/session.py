@@ -36,10 +36,6 @@ JOB_CONF: dict[str, str] = {
     "spark.driver.extraJavaOptions": JIT_OPTIONS,
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
     "spark.sql.session.timeZone": "UTC",
-    # The ingest and state queries share the executors: with FIFO, every task of a batch's
-    # stage queues behind the other query's running stage; with a pool per query
-    # (``POOLS_FILE``), a freed slot goes to the query running fewer tasks.
-    "spark.scheduler.mode": "FAIR",
     "spark.sql.adaptive.enabled": "false",
     # Batch writes to Kafka (the ingest query's records and dead letters) through Spark's
     # DataSource V2 writer: with the V1 one, the write runs the frame outside the query Spark
@@ -66,8 +62,6 @@ LOCAL_CONF: dict[str, str] = {
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
 }
 JARS_CONF = ("spark.jars", "spark.jars.packages")
-# The pools the queries run in (``pipeline.start_job``), named as the queries are.
-POOLS_FILE = Path(__file__).with_name("pools.xml")
 
 
 def connector_package() -> str:
@@ -101,15 +95,13 @@ def job_conf(
     master: str, conf: Mapping[str, str] | None = None, jars: list[str] | None = None
 ) -> dict[str, str]:
     """Spark conf for the job: ``JOB_CONF``, ``LOCAL_CONF`` for a local master, the connector
-    jars unless the caller names its own, the scheduler pools, then the caller's settings."""
+    jars unless the caller names its own, then the caller's settings."""
     conf = dict(conf or {})
     merged = dict(JOB_CONF)
     if is_local(master):
         merged.update(LOCAL_CONF)
     if jars and not any(k in conf for k in JARS_CONF):
         merged["spark.jars"] = ",".join(jars)
-    if POOLS_FILE.is_file():  # not when the package runs from an archive
-        merged["spark.scheduler.allocation.file"] = str(POOLS_FILE)
     merged.update(conf)
     return merged
 

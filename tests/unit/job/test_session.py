@@ -28,17 +28,3 @@ def test_the_callers_settings_win_and_its_own_jars_replace_the_connector() -> No
         jars=["/j/a.jar"],
     )
     assert conf["spark.driver.memory"] == "4g" and "spark.jars" not in conf
-
-
-def test_each_query_has_a_declared_fair_pool_of_its_name() -> None:
-    import xml.etree.ElementTree as ET
-    from pathlib import Path
-
-    from streaming.job.checkpoint import INGEST_QUERY, STATE_QUERY
-
-    conf = job_conf("spark://m:7077", {}, jars=[])
-    assert conf["spark.scheduler.mode"] == "FAIR"
-    pools = ET.parse(Path(conf["spark.scheduler.allocation.file"])).getroot().findall("pool")
-    assert sorted(p.get("name") for p in pools) == sorted([INGEST_QUERY, STATE_QUERY])
-    mine = job_conf("local[2]", {"spark.scheduler.allocation.file": "/etc/pools.xml"}, jars=[])
-    assert mine["spark.scheduler.allocation.file"] == "/etc/pools.xml"
