@@ -157,8 +157,12 @@ def state_stream(
         "value",
         F.timestamp_millis(F.round(newest * F.lit(1000)).cast("long")).alias("time"),
     )
+    # The event-time column stops at the watermark: the operator gets no column to filter late
+    # rows on, so Spark does not generate and compile a new filter for every batch's watermark
+    # (new code every batch for the JIT; lateness is judged per window in the buckets anyway).
     return (
         keyed.withWatermark("time", f"{buckets.SPARK_DELAY_S} seconds")
+        .drop("time")
         .groupBy("bucket")
         .transformWithState(
             buckets.make_processor(cfg, clock, topics, latest_only),
