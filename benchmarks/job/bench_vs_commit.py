@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,6 +70,9 @@ def main() -> int:
         old = Path(d) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", str(old), args.baseline],
                        cwd=REPO, check=True, capture_output=True)  # fmt: skip
+        # Both sides run on the installed PySpark with this checkout's connector jars.
+        pom = Path("deploy/local/maven/spark-kafka/pom.xml")
+        shutil.copyfile(REPO / pom, old / pom)
         try:
             for i in range(args.rounds):
                 # Alternate which side goes first: the machine warms up over a session.

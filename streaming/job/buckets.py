@@ -19,9 +19,8 @@ turn (the state query may read one ingest batch's records across two of its own 
 Quiet buckets learn the fleet's event time from Spark's event-time watermark over the records'
 newest event times: each bucket that holds anything sets an event-time timer for the next window
 boundary, so its windows close and its findings resolve as when one process held every series.
-Spark drops a stateful operator's input rows that are older than its watermark; here lateness is
-judged per window, against the fleet's time before each ingest batch, so the watermark Spark
-keeps trails the fleet's newest event time by ``SPARK_DELAY_S``, which no record can reach.
+The event-time column ends at the watermark (``pipeline.state_stream``), so Spark drops no row as
+late: lateness is judged per window, against the fleet's time before each ingest batch.
 """
 
 from __future__ import annotations
@@ -61,9 +60,6 @@ STATE_SCHEMA = "state binary"
 # (level 1, through pyarrow, which the executors load anyway). On this JSON zstd takes about half
 # of zlib's CPU both ways and its output is a quarter smaller.
 _LENGTH = 8
-# How far Spark's watermark over the records trails the fleet's newest event time: far enough
-# that Spark never finds a record late (it would drop it unseen), near enough to stay after 1970.
-SPARK_DELAY_S = 3650 * 86400
 
 
 @functools.cache
@@ -293,7 +289,7 @@ class Bucket:
             return None
         w = self.cfg.window_s
         boundary = (math.floor(t / w) + 1) * w
-        return int(round((boundary - SPARK_DELAY_S) * 1000))
+        return int(round(boundary * 1000))
 
 
 def process_or_set_aside(
@@ -351,9 +347,9 @@ def output_rows(em: Emitted, topics: Mapping[str, str]) -> Iterator[tuple[Any, .
 
 
 def fleet_time(watermark_ms: int) -> float | None:
-    """The fleet's newest event time (seconds) from Spark's watermark, which trails it by
-    ``SPARK_DELAY_S``; None before the first batch set one (Spark reports 0)."""
-    return None if watermark_ms <= 0 else watermark_ms / 1000.0 + SPARK_DELAY_S
+    """The fleet's newest event time (seconds) from Spark's watermark (ms); None before the
+    first batch set one (Spark reports 0)."""
+    return None if watermark_ms <= 0 else watermark_ms / 1000.0
 
 
 def make_processor(

@@ -147,8 +147,8 @@ def state_stream(
     latest_only: bool,
 ) -> DataFrame:
     """Records (``RECORD_COLUMNS``) -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
-    store. Spark's watermark trails the fleet's newest event time (each record's newest,
-    bounded by the job's clock when its batch started) by ``buckets.SPARK_DELAY_S``."""
+    store. Spark's watermark is the fleet's newest event time (each record's newest, bounded
+    by the job's clock when its batch started)."""
     typed = {h: F.col(h).cast(t) for h, t in RECORD_TYPES.items()}
     newest = F.least(typed["t"], typed["now"])  # least() skips a null: no clock in a replay
     keyed = records.select(
@@ -157,11 +157,11 @@ def state_stream(
         "value",
         F.timestamp_millis(F.round(newest * F.lit(1000)).cast("long")).alias("time"),
     )
-    # The event-time column stops at the watermark: the operator gets no column to filter late
-    # rows on, so Spark does not generate and compile a new filter for every batch's watermark
-    # (new code every batch for the JIT; lateness is judged per window in the buckets anyway).
+    # The event-time column ends at the watermark: the operator gets no column to filter late
+    # rows on, so Spark drops none of them (lateness is judged per window in the buckets) and
+    # does not compile a new filter for every batch's watermark (new code for the JIT).
     return (
-        keyed.withWatermark("time", f"{buckets.SPARK_DELAY_S} seconds")
+        keyed.withWatermark("time", "0 seconds")
         .drop("time")
         .groupBy("bucket")
         .transformWithState(

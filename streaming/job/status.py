@@ -42,8 +42,8 @@ def fold_state_progress(
     d: dict[str, Any], view: StateView, clocks: HostClocks, watermark_s: float, now: float
 ) -> None:
     """One state-query progress (its JSON dict) into ``view`` and ``clocks``: the fleet's
-    newest event time (the batch's, or from Spark's watermark, ``buckets.SPARK_DELAY_S`` behind
-    it), the job's watermark (``watermark_s`` behind that) and the buckets' counts."""
+    newest event time (the batch's, or Spark's watermark), the job's watermark (``watermark_s``
+    behind that) and the buckets' counts."""
     event_time = d.get("eventTime") or {}
     newest = []
     wm = event_time.get("watermark")

@@ -9,7 +9,6 @@ import random
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.buckets import (
-    SPARK_DELAY_S,
     Bucket,
     Emitted,
     Record,
@@ -132,9 +131,9 @@ def test_the_timer_is_set_for_the_next_window_boundary_of_the_fleets_time():
     rng = random.Random(0)
     b = Bucket(CFG, window_end_clock)
     b.process([_record(0, [_row(T0 + 5, "web-1", 0, rng)], None)], None)
-    # the fleet's time T0 + 5 reaches the boundary T0 + 60 when Spark's watermark, which
-    # trails it by SPARK_DELAY_S, reaches T0 + 60 - SPARK_DELAY_S
-    assert b.next_timer_ms() == (T0 + 60 - SPARK_DELAY_S) * 1000
+    # the fleet's time T0 + 5 reaches the boundary T0 + 60 when Spark's watermark (the
+    # fleet's newest event time) does
+    assert b.next_timer_ms() == (T0 + 60) * 1000
     assert fleet_time(int(b.next_timer_ms())) == T0 + 60
     assert fleet_time(0) is None  # no watermark yet
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-from streaming.job.buckets import SPARK_DELAY_S
 from streaming.job.clocks import HostClocks
 from streaming.job.ingest import BatchStats
 from streaming.job.status import (
@@ -14,7 +13,7 @@ from streaming.job.status import (
     fold_state_progress,
     status_from_progress,
 )
-from streaming.schema.times import epoch, iso
+from streaming.schema.times import epoch
 
 NOW = epoch("2026-11-21T05:01:02.120Z")
 
@@ -35,7 +34,7 @@ def _progress(batch: int, name: str = "aggregates", **extra) -> dict:
 def _state(batch: int, fleet: str | None, *stats: dict, newest: str | None = None) -> dict:
     """A state-query progress whose watermark says the fleet's newest event time is ``fleet``
     (None: Spark has no watermark yet)."""
-    wm = iso(epoch(fleet) - SPARK_DELAY_S) if fleet else "1970-01-01T00:00:00.000Z"
+    wm = fleet if fleet else "1970-01-01T00:00:00.000Z"
     event_time = {"watermark": wm} | ({"max": newest} if newest else {})
     observed = {"state": {"stats": [json.dumps(s) for s in stats]}}
     return _progress(batch, "state", eventTime=event_time, observedMetrics=observed)
