@@ -273,23 +273,26 @@ class Bucket:
             offset = None if now is None or newest is None else newest - now
             em.hosts.setdefault(host, HostBatch()).add(events, late.get(host, 0), offset)
 
-    def _fleet_end(self) -> str | None:
+    def _next_boundary(self) -> float | None:
+        """The end of the window the bucket's newest event time is in (seconds)."""
         t = self.windows.max_event_s
         if t is None:
             return None
         w = self.cfg.window_s
-        return iso(math.floor(t / w) * w + w)
+        return (math.floor(t / w) + 1) * w
+
+    def _fleet_end(self) -> str | None:
+        end = self._next_boundary()
+        return None if end is None else iso(end)
 
     def next_timer_ms(self) -> int | None:
         """When Spark should call this bucket without rows: once the watermark says the fleet's
         event time passed the next window boundary (windows close, stale findings resolve,
         history expires); None when the bucket holds nothing."""
-        t = self.windows.max_event_s
-        if t is None or self.empty():
+        end = self._next_boundary()
+        if end is None or self.empty():
             return None
-        w = self.cfg.window_s
-        boundary = (math.floor(t / w) + 1) * w
-        return int(round(boundary * 1000))
+        return int(round(end * 1000))
 
 
 def process_or_set_aside(
