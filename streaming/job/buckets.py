@@ -193,9 +193,7 @@ class Bucket:
         t = self.tracker
         return not (self.windows.open or t.history or t.findings)
 
-    def process(
-        self, records: Iterable[Record], fleet_s: float | None, latest_only: bool = True
-    ) -> Emitted:
+    def process(self, records: Iterable[Record], fleet_s: float | None) -> Emitted:
         """Apply the ingest batches' records in batch order, each whole and judged against
         the fleet's event time before it; then move the fleet's event time on to ``fleet_s``
         (from Spark's watermark; None before it has one): windows close, findings of quiet
@@ -218,8 +216,6 @@ class Bucket:
             self._apply(rows, new[0].now, self.applied.newest_before, em)
             self.applied.parts.extend(r.part for r in new)
         self._advance(fleet_s, em)
-        if latest_only:  # a compacted topic: only a series' newest window matters
-            em.aggregates = list(dict(em.aggregates).items())
         return em
 
     def _seen(self, r: Record) -> bool:
@@ -308,18 +304,21 @@ def process_or_set_aside(
     processing fails (a bug), the records are applied again one by one from the saved state,
     and each one that fails is left out and becomes an ``internal_error`` dead letter (its rows
     as ``raw``, the exception as ``detail``). A failure with no record to blame leaves the
-    state as it was. ``where`` names the bucket in dead-letter keys and the log."""
+    state as it was. ``where`` names the bucket in dead-letter keys and the log;
+    ``latest_only``: of each series only its newest aggregate (for a compacted topic)."""
     bucket = Bucket.load(saved, cfg, clock)
     try:
-        return bucket, bucket.process(records, fleet_s, latest_only)
+        em = bucket.process(records, fleet_s)
     except Exception:
         log.exception("%s: processing failed; applying its records one by one", where)
+    else:
+        return bucket, _latest(em) if latest_only else em
     bucket = Bucket.load(saved, cfg, clock)
     em = Emitted()
     for r in sorted(records, key=lambda r: (r.batch, r.part)) or [None]:
         before = bucket.dump()
         try:
-            em.absorb(bucket.process([] if r is None else [r], fleet_s, latest_only))
+            em.absorb(bucket.process([] if r is None else [r], fleet_s))
         except Exception as exc:
             bucket = Bucket.load(before, cfg, clock)
             key = f"{where}:timer" if r is None else f"{where}:{r.batch}:{r.part}"
@@ -328,9 +327,14 @@ def process_or_set_aside(
             em.dead_letters.append(
                 (key, dead_letter(INTERNAL_ERROR, error_detail(exc), raw, iso_now()))
             )
-    if latest_only:
-        em.aggregates = list(dict(em.aggregates).items())
-    return bucket, em
+    return bucket, _latest(em) if latest_only else em
+
+
+def _latest(em: Emitted) -> Emitted:
+    """Only each series' newest aggregate: the topic is compacted, so the others would only be
+    overwritten."""
+    em.aggregates = list(dict(em.aggregates).items())
+    return em
 
 
 def output_rows(em: Emitted, topics: Mapping[str, str]) -> Iterator[tuple[Any, ...]]:

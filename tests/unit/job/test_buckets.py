@@ -80,7 +80,7 @@ def _one_process(seed: int) -> tuple[list, list, int]:
     b = Bucket(CFG, window_end_clock)
     findings, aggs, late = [], [], 0
     for batch, rows, fleet in _batches(seed):
-        em = b.process([_record(batch, rows, fleet)], fleet, latest_only=False)
+        em = b.process([_record(batch, rows, fleet)], fleet)
         findings += em.findings
         aggs += em.aggregates
         late += em.late
@@ -101,7 +101,7 @@ def test_buckets_restored_every_call_publish_what_one_process_would():
                 bucket = Bucket.load(saved.get(k), CFG, window_end_clock)
                 # a bucket without rows is called by its timer, with the watermark's time
                 records = [_record(batch, mine, fleet)] if mine else []
-                em = bucket.process(records, fleet, latest_only=False)
+                em = bucket.process(records, fleet)
                 saved[k] = None if bucket.empty() else bucket.dump()
                 got_f += em.findings
                 got_a += em.aggregates
@@ -237,7 +237,7 @@ def test_the_parts_of_a_batch_are_judged_against_the_time_before_it_whatever_the
     rows = [_row(T0 + 60 * m + 5, h, 0, rng) for m in range(10) for h in hosts]
     by_host = {h: [r for r in rows if r["host"] == h] for h in hosts}
     whole = Bucket(CFG, window_end_clock)
-    em_whole = whole.process([_record(0, rows, None)], None, latest_only=False)
+    em_whole = whole.process([_record(0, rows, None)], None)
     assert em_whole.late == 0
     apart = Bucket(CFG, window_end_clock)
     late = 0
