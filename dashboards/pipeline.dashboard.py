@@ -71,6 +71,14 @@ panels = [
         "rowsps",
     ),
     gf.timeseries(
+        "Input left for later batches",
+        "Records of each query's Kafka input not yet read when its last micro-batch was "
+        "planned: above zero only when a batch size limit holds a backlog back, and falling "
+        "while the query catches up.",
+        [(f"connmon_job_input_offsets_behind{{{ex}}}", JQ)],
+        "short",
+    ),
+    gf.timeseries(
         "Watermark delay",
         "How far the event-time watermark trails the batch time; the line is the lag alert "
         "threshold.",
@@ -89,8 +97,9 @@ panels = [
         thresholds=[(cfg.data_stale_s, "red")],
     ),
     gf.timeseries(
-        "Dead-letter and late events",
-        "Events per second rejected to the dead-letter topic and arriving behind the watermark.",
+        "Dead-letter, late events and lost input",
+        "Events per second rejected to the dead-letter topic and arriving behind the watermark, "
+        "and input records per second a query found deleted before it read them.",
         [
             (
                 f"sum by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}"
@@ -101,6 +110,11 @@ panels = [
                 f"sum by (job_id, query) (rate(connmon_job_late_events_total{{{ex}}}"
                 "[$__rate_interval]))",
                 "late " + JQ,
+            ),
+            (
+                f"sum by (job_id, query) (rate(connmon_job_input_lost_records_total{{{ex}}}"
+                "[$__rate_interval]))",
+                "input lost " + JQ,
             ),
         ],
         "cps",

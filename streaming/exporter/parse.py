@@ -221,10 +221,12 @@ _STATUS_FIELDS = {
     "connmon_job_input_rows_per_second": "input_rows_per_s",
     "connmon_job_processed_rows_per_second": "processed_rows_per_s",
     "connmon_job_batch_input_rows": "num_input_rows",
+    "connmon_job_input_offsets_behind": "offsets_behind",
     "connmon_job_watermark_delay_seconds": "watermark_delay_s",
     "connmon_job_dead_letter_events_total": "dead_letter_total",
     "connmon_job_late_events_total": "late_events_total",
     "connmon_job_internal_errors_total": "internal_errors_total",
+    "connmon_job_input_lost_records_total": "input_lost_total",
 }
 
 

@@ -57,6 +57,7 @@ def status(ts: float = NOW - 1, **over) -> bytes:
             {"host": "web-9", "clock_offset_s": None, "skewed_events_total": 0,
              "late_events_total": 12},
         ],
+        "internal_errors_total": 0, "offsets_behind": 0, "input_lost_total": 0,
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

@@ -49,6 +49,11 @@ def register(subparsers: Any) -> None:
     job.add_argument("--deadletter-topic")
     job.add_argument("--status-topic")
     job.add_argument("--partials-topic", help="internal topic between the job's two queries")
+    job.add_argument(
+        "--partials-max-offsets-per-trigger",
+        type=int,
+        help="cap on partials records per state batch (default: 8 ingest batches' worth)",
+    )
     job.add_argument("--job-id")
     job.add_argument(
         "--check-topics",
@@ -135,6 +140,7 @@ _JOB_FIELDS = (
     "deadletter_topic",
     "status_topic",
     "partials_topic",
+    "partials_max_offsets_per_trigger",
     "job_id",
     "check_topics",
     "max_event_age_s",

@@ -52,6 +52,7 @@ class BatchStats:
     input_rows: int = 0  # records of this batch: valid and rejected
     rejected: dict[str, int] = field(default_factory=dict)  # this batch's, by reason
     internal_errors_total: int = 0  # records the decoder failed on, since the job started
+    newest_s: float | None = None  # the fleet's newest event time after it (bounded)
 
 
 def bucket_key(run_id: str, bucket: int | str) -> str:
@@ -179,6 +180,7 @@ class Ingest:
             sum(events.values()),
             rejected,
             self.internal_errors_total,
+            self.fleet_s,
         )
         log.info(
             "batch %d: %d record(s), %d rejected; partial rows %.2fs, second read %.2fs",

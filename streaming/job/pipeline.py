@@ -38,7 +38,7 @@ from streaming.job.checkpoint import (
     last_commit,
     open_checkpoint,
 )
-from streaming.job.ingest import RECORD_COLUMNS, Ingest, bucket_key
+from streaming.job.ingest import PARTS, RECORD_COLUMNS, Ingest, bucket_key
 from streaming.job.session import connector_package, stop_query
 from streaming.job.settings import JobSettings
 from streaming.job.sinks import KafkaSink, dumps
@@ -57,6 +57,10 @@ PARTIALS_MAX_BYTES = 16 * 1024 * 1024
 # The record values the state query needs besides the rows, as Kafka headers (string values).
 HEADERS = ("batch", "part", "now", "fleet", "t")
 RECORD_TYPES = {"batch": "long", "part": "int", "now": "double", "fleet": "double", "t": "double"}
+# A state batch reads at most this many ingest batches' records (each at most one per bucket
+# and part), unless ``partials_max_offsets_per_trigger`` says otherwise: after an outage the
+# state query catches up in batches of bounded size instead of one batch of the whole backlog.
+PARTIALS_BATCHES_PER_TRIGGER = 8
 
 
 # ---- Kafka options ---------------------------------------------------------------------------
@@ -118,14 +122,18 @@ def file_source(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
-def partials_source(spark: SparkSession, s: JobSettings, run_id: str) -> DataFrame:
+def partials_source(spark: SparkSession, s: JobSettings, run_id: str, buckets: int) -> DataFrame:
     """The partials topic: this checkpoint's records (``RECORD_COLUMNS``, from the key, value
-    and headers)."""
+    and headers). Batches are capped, so a state query catching up after an outage applies
+    a few ingest batches at a time; records deleted before they were read (retention, a
+    topic created again) are skipped, and the status counts them (``status.lost_records``)."""
+    cap = s.partials_max_offsets_per_trigger or PARTIALS_BATCHES_PER_TRIGGER * buckets * PARTS
     opts = client_options(s) | {
         "subscribe": s.partials_topic,
         "startingOffsets": "earliest",
         "includeHeaders": "true",
-        "failOnDataLoss": str(s.fail_on_data_loss).lower(),
+        "failOnDataLoss": "false",
+        "maxOffsetsPerTrigger": str(cap),
     }
     raw = spark.readStream.format("kafka").options(**opts).load()
 
@@ -281,7 +289,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
     )
 
     def publish_status(st: JobStatus) -> None:
-        status_sink.publish(s.status_topic, [(s.job_id, st.to_dict())], timeout_s=10)
+        status_sink.publish(s.status_topic, [(st.key, st.to_dict())], timeout_s=10)
 
     listener = StatusListener(
         s.job_id,
@@ -305,9 +313,8 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         "findings": s.findings_topic,
         "deadletter": s.deadletter_topic,
     }
-    out = state_stream(
-        partials_source(spark, s, meta.run_id), s.detectors, buckets.wall_clock, topics, True
-    )
+    partials = partials_source(spark, s, meta.run_id, meta.state_buckets)
+    out = state_stream(partials, s.detectors, buckets.wall_clock, topics, True)
     counted = out.observe(
         STATE_METRICS,
         F.collect_list(F.when(F.col("topic").isNull(), F.col("value"))).alias("stats"),

@@ -39,6 +39,8 @@ class JobSettings:
     status_topic: str = TOPIC_NAMES["job_status"]
     # Internal: partial window rows from the ingest query to the state query, keyed by bucket.
     partials_topic: str = TOPIC_NAMES["partials"]
+    # Cap on partials records per state batch (None: eight ingest batches' worth).
+    partials_max_offsets_per_trigger: int | None = None
     job_id: str = "connmon-job"
     # At start, check that every topic exists with the cleanup.policy its data flow needs.
     check_topics: bool = True
@@ -88,8 +90,10 @@ class JobSettings:
                 raise ConfigError(f"{name.replace('_', '-')}: empty topic name")
         if self.trigger_s <= 0:
             raise ConfigError("trigger: must be a positive duration such as 5s")
-        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
-            raise ConfigError("max-offsets-per-trigger: must be at least 1")
+        for name in ("max_offsets_per_trigger", "partials_max_offsets_per_trigger"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ConfigError(f"{name.replace('_', '-')}: must be at least 1")
         so = self.starting_offsets.strip()
         if so not in ("earliest", "latest") and not so.startswith("{"):
             raise ConfigError("starting-offsets: earliest, latest or a JSON object of offsets")
@@ -243,11 +247,12 @@ def from_sources(
 
 def _coerce(s: JobSettings) -> None:
     """Types of values that came from a file or the command line as strings."""
-    try:
-        if s.max_offsets_per_trigger is not None:
-            s.max_offsets_per_trigger = int(s.max_offsets_per_trigger)
-    except ValueError as exc:
-        raise ConfigError("max-offsets-per-trigger: not an integer") from exc
+    for name in ("max_offsets_per_trigger", "partials_max_offsets_per_trigger"):
+        try:
+            if getattr(s, name) is not None:
+                setattr(s, name, int(getattr(s, name)))
+        except ValueError as exc:
+            raise ConfigError(f"{name.replace('_', '-')}: not an integer") from exc
     if isinstance(s.fail_on_data_loss, str):
         if s.fail_on_data_loss.lower() not in ("true", "false"):
             raise ConfigError("fail-on-data-loss: true or false")

@@ -1,8 +1,9 @@
 """Job status: a StreamingQueryListener in the driver publishes one ``connmon.job-status``
-record per micro-batch of either query, speaking of the ingest query's newest batch (Spark's
-progress: rates, duration, rows; the dead letters since the job started) and of the state
-query's view of event time (watermark, the fleet's newest event time, late events, the hosts
-whose clocks are off). The state query's counts reach the driver as Spark's observed metrics
+record per micro-batch of each query, about that query: Spark's progress (rates, duration,
+rows, the input it left unread), the fleet's event time as the query sees it, and its own
+counts: dead letters (ingest), late events and the hosts whose clocks are off (state), records
+its code set aside (both). A query that stops completing batches stops its records, which the
+alerts watch per query. The state query's counts reach the driver as Spark's observed metrics
 (``STATE_METRICS``): the driver never reads a series."""
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from streaming.schema.times import epoch, iso
 
 log = logging.getLogger(__name__)
 
-JOB_QUERY = INGEST_QUERY  # the query status records speak of: the one reading the events
 STATE_METRICS = "state"  # the state query's observed metrics: ``stats``, the buckets' counts
 
 
@@ -68,44 +68,129 @@ def fold_state_progress(
         clocks.update(hosts, now)
 
 
-def status_from_progress(
-    p: Any, job_id: str, stats: BatchStats | None, view: StateView, hosts: list[dict[str, Any]]
+def offsets_behind(d: dict[str, Any]) -> int | None:
+    """Records of the query's Kafka input that were not read when its batch was planned: the
+    newest offsets Spark saw (``latestOffset``) minus where the batch ended, summed over
+    partitions; None when the source does not say."""
+    total, known = 0, False
+    for src in d.get("sources") or []:
+        latest, end = (_offsets(src.get(k)) for k in ("latestOffset", "endOffset"))
+        for tp, n in latest.items():
+            if tp in end:
+                total += max(0, n - end[tp])
+                known = True
+    return total if known else None
+
+
+def lost_records(d: dict[str, Any], rows: int) -> tuple[int, list[str]]:
+    """Records of the query's Kafka input that were gone before its batch read them, and a
+    line per partition that lost any. ``rows``: the records the batch read. The batch planned
+    to read its offset ranges; in a topic that is neither compacted nor written in
+    transactions every offset is a record, so the ranges minus the rows read were deleted
+    first (retention). A partition whose offsets went back (the topic was created again) lost
+    the records the new topic held before the batch."""
+    planned, reset, lines = 0, 0, []
+    for src in d.get("sources") or []:
+        start, end = (_offsets(src.get(k)) for k in ("startOffset", "endOffset"))
+        for tp, until in end.items():
+            first = start.get(tp)
+            if first is None:
+                continue
+            if until >= first:
+                planned += until - first
+            else:
+                reset += until
+                lines.append(f"{tp[0]}-{tp[1]}: offsets went back from {first} to {until}")
+    lost = max(0, planned - rows) + reset
+    if planned > rows:
+        lines.append(f"{planned - rows} of the {planned} records planned were deleted first")
+    return lost, lines
+
+
+def _offsets(raw: Any) -> dict[tuple[str, str], int]:
+    """A Kafka source's offsets (``{topic: {partition: offset}}``, or that as JSON text)."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError:
+            return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        (topic, str(p)): int(n)
+        for topic, parts in raw.items()
+        if isinstance(parts, dict)
+        for p, n in parts.items()
+        if isinstance(n, int)
+    }
+
+
+def _status(
+    d: dict[str, Any], job_id: str, newest_s: float | None, watermark_s: float, **fields: Any
 ) -> JobStatus:
-    """One JobStatus from the ingest query's StreamingQueryProgress (or its JSON dict), its
-    newest batch's stats (None before the first batch) and the state query's view."""
-    d = json.loads(p.json) if hasattr(p, "json") else p
-    ts = d["timestamp"]
-    batch_id = int(d["batchId"])
-    rows = int(d.get("numInputRows") or 0)
-    # Spark counts every read of the source: a batch with dead letters is read twice. The
-    # batch's own count is exact; Spark's rates are scaled by the same factor.
-    scale = 1.0
-    if stats is not None and stats.batch_id == batch_id and rows:
-        scale, rows = stats.input_rows / rows, stats.input_rows
-    wm = view.watermark_s
+    """The fields every query's record has, from its progress ``d``; ``newest_s``: the
+    fleet's newest event time in the query's view (None before it has one)."""
+    ts = epoch(d["timestamp"])
+    wm = None if newest_s is None else newest_s - watermark_s
     return JobStatus(
         job_id=job_id,
         query=d.get("name") or "",
-        batch_id=batch_id,
-        timestamp=iso(epoch(ts)),
+        batch_id=int(d["batchId"]),
+        timestamp=iso(ts),
         batch_duration_s=float(d.get("batchDuration") or 0) / 1000.0,
-        input_rows_per_s=float(d.get("inputRowsPerSecond") or 0.0) * scale,
-        processed_rows_per_s=float(d.get("processedRowsPerSecond") or 0.0) * scale,
-        num_input_rows=rows,
-        watermark=iso(wm) if wm is not None else None,
-        watermark_delay_s=round(epoch(ts) - wm, 3) if wm is not None else None,
-        dead_letter_total=stats.dead_letter_total if stats is not None else 0,
+        input_rows_per_s=float(d.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_s=float(d.get("processedRowsPerSecond") or 0.0),
+        num_input_rows=int(d.get("numInputRows") or 0),
+        watermark=None if wm is None else iso(wm),
+        watermark_delay_s=None if wm is None else round(ts - wm, 3),
+        last_event_time=None if newest_s is None else iso(newest_s),
+        offsets_behind=offsets_behind(d),
+        **fields,
+    )
+
+
+def ingest_status(p: Any, job_id: str, stats: BatchStats | None, watermark_s: float) -> JobStatus:
+    """The ingest query's record, from its StreamingQueryProgress (or its JSON dict) and its
+    newest batch's stats (None before the first batch)."""
+    d = json.loads(p.json) if hasattr(p, "json") else p
+    st = _status(
+        d,
+        job_id,
+        None if stats is None else stats.newest_s,
+        watermark_s,
+        dead_letter_total=0 if stats is None else stats.dead_letter_total,
+        late_events_total=0,
+        internal_errors_total=0 if stats is None else stats.internal_errors_total,
+    )
+    # Spark counts every read of the source: a batch with dead letters is read twice. The
+    # batch's own count is exact; Spark's rates are scaled by the same factor.
+    if stats is not None and stats.batch_id == st.batch_id and st.num_input_rows:
+        scale = stats.input_rows / st.num_input_rows
+        st.num_input_rows = stats.input_rows
+        st.input_rows_per_s *= scale
+        st.processed_rows_per_s *= scale
+    return st
+
+
+def state_status(
+    p: Any, job_id: str, view: StateView, hosts: list[dict[str, Any]], watermark_s: float
+) -> JobStatus:
+    """The state query's record, from its progress (or its JSON dict) and its view so far."""
+    d = json.loads(p.json) if hasattr(p, "json") else p
+    return _status(
+        d,
+        job_id,
+        view.max_event_s,
+        watermark_s,
+        dead_letter_total=0,
         late_events_total=view.late_events_total,
-        last_event_time=iso(view.max_event_s) if view.max_event_s is not None else None,
+        internal_errors_total=view.internal_errors_total,
         hosts=hosts,
-        internal_errors_total=view.internal_errors_total
-        + (stats.internal_errors_total if stats is not None else 0),
     )
 
 
 class StatusListener(StreamingQueryListener):
-    """Publishes a JobStatus after each batch of the ingest query, and again after each batch
-    of the state query (late events and clocks are counted there)."""
+    """Publishes a JobStatus after each batch of each query, about that query."""
 
     def __init__(
         self,
@@ -123,7 +208,7 @@ class StatusListener(StreamingQueryListener):
         self.clock = clock
         self.view = StateView()
         self.clocks = HostClocks(clock_tolerance_s)
-        self._ingest: dict[str, Any] | None = None  # the ingest query's newest progress
+        self.lost: dict[str, int] = {}  # by query: input records deleted before it read them
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
         pass
@@ -133,19 +218,34 @@ class StatusListener(StreamingQueryListener):
             p = event.progress
             d = json.loads(p.json)
             now = self.clock()
-            if p.name == JOB_QUERY:
-                self._ingest = d
+            if p.name == INGEST_QUERY:
+                st = ingest_status(d, self.job_id, self.stats(), self.watermark_s)
             elif p.name == STATE_QUERY:
                 fold_state_progress(d, self.view, self.clocks, self.watermark_s, now)
+                hosts = self.clocks.snapshot(now) if self.clocks.hosts else []
+                st = state_status(d, self.job_id, self.view, hosts, self.watermark_s)
             else:
                 return
-            if self._ingest is not None:
-                hosts = self.clocks.snapshot(now) if self.clocks.hosts else []
-                self.publish(
-                    status_from_progress(self._ingest, self.job_id, self.stats(), self.view, hosts)
-                )
+            self._count_lost(d, st)
+            self.publish(st)
         except Exception:  # a status record must never stop the job
             log.exception("could not publish job status")
+
+    def _count_lost(self, d: dict[str, Any], st: JobStatus) -> None:
+        lost, lines = lost_records(d, st.num_input_rows)
+        if lost:
+            self.lost[st.query] = self.lost.get(st.query, 0) + lost
+            log.warning(
+                "query %s, batch %d: %d record(s) of its input were deleted before it read "
+                "them (%s). What they held is missing from their windows; the job goes on "
+                "with its state. Keep the topic's retention.ms above the longest time the "
+                "query may be stopped or behind.",
+                st.query,
+                st.batch_id,
+                lost,
+                "; ".join(lines),
+            )
+        st.input_lost_total = self.lost.get(st.query, 0)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass

@@ -109,6 +109,12 @@ JOB_METRICS: tuple[Metric, ...] = (
     ),
     _job("connmon_job_batch_input_rows", "gauge", "Rows read by the last micro-batch."),
     _job(
+        "connmon_job_input_offsets_behind",
+        "gauge",
+        "Records of the query's Kafka input left for later batches when its last micro-batch "
+        "was planned (a backlog: only a batch size limit leaves any).",
+    ),
+    _job(
         "connmon_job_watermark_delay_seconds",
         "gauge",
         "How far the event-time watermark trails the batch time.",
@@ -128,6 +134,13 @@ JOB_METRICS: tuple[Metric, ...] = (
         "counter",
         "Records the job's own code failed on and set aside as dead letters (reason "
         "internal_error) instead of stopping, since the job started: each is a bug to report.",
+    ),
+    _job(
+        "connmon_job_input_lost_records_total",
+        "counter",
+        "Records of the query's Kafka input deleted before it read them (retention ran out "
+        "while it was stopped or behind, or the topic was created again), since the job "
+        "started.",
     ),
     _job(
         "connmon_job_last_event_timestamp_seconds",

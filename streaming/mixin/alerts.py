@@ -176,6 +176,20 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             cfg,
+            "ConnMonJobInputLost",
+            f"sum by (job_id, query) (increase(connmon_job_input_lost_records_total{{{ex}}}"
+            f"[{w}])) > 0",
+            "0m",
+            "The connmon job's input was deleted before the job read it.",
+            "Query {{ $labels.query }} of job {{ $labels.job_id }} found "
+            "{{ $value | humanize }} record(s) of its input topic deleted before it read them "
+            "in the last " + w + " (the topic's retention ran out while the query was stopped "
+            "or behind, or the topic was created again): windows miss what they held. The job "
+            "goes on with its state.",
+            "warning",
+        ),
+        _alert(
+            cfg,
             "ConnMonHostClockSkew",
             # Signed, so the description can say ahead or behind: the offset's magnitude is
             # past the watermark either way.

@@ -85,6 +85,15 @@ class JobStatus:
     # records the job's own code failed on and set aside as dead letters (reason
     # internal_error), since the job started: each is a bug to report
     internal_errors_total: int = 0
+    # records of the query's input not yet read when the batch was planned (None: unknown)
+    offsets_behind: int | None = None
+    # records of the query's input deleted before it read them, since the job started
+    input_lost_total: int = 0
+
+    @property
+    def key(self) -> str:
+        """The record's key in the compacted topic: one per job and query."""
+        return f"{self.job_id}:{self.query}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}

@@ -95,6 +95,13 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
             ],
         )
         assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
+        assert status[-1]["query"] == "aggregates"
+        # each query has records of its own, keyed by job and query
+        by_key = latest_by_key(consume_all(t.bootstrap, t.status))
+        assert set(by_key) == {"connmon-job:aggregates", "connmon-job:state"}
+        state = by_key["connmon-job:state"]
+        assert state["query"] == "state" and state["watermark"] is not None
+        assert state["offsets_behind"] == 0 and state["dead_letter_total"] == 0
 
         # the job keeps running after bad input: a new series shows up, its events sent with
         # no key, a huge key and headers, which the job does not read

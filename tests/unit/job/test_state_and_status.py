@@ -1,5 +1,5 @@
-"""Job-status records from Spark progress JSON: the ingest query's batch, the state query's
-watermark and observed counts."""
+"""Job-status records from Spark progress JSON: one per batch of each query, about that query
+(its batch, its view of event time, its input left unread, its counts)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from streaming.job.status import (
     StateView,
     StatusListener,
     fold_state_progress,
-    status_from_progress,
+    ingest_status,
+    lost_records,
+    offsets_behind,
+    state_status,
 )
 from streaming.schema.times import epoch
 
@@ -48,15 +51,16 @@ HOST = {
 }
 
 
-def test_status_record_matches_the_contract_example():
-    stats = BatchStats(batch_id=42, dead_letter_total=3, input_rows=2400)
-    view = StateView(
-        watermark_s=epoch("2026-11-21T04:59:00.000Z"),
-        max_event_s=epoch("2026-11-21T05:01:01.900Z"),
-        late_events_total=0,
-    )
-    st = status_from_progress(_progress(42), "connmon-job", stats, view, [HOST]).to_dict()
-    assert st == {
+def _sources(latest: dict, end: dict) -> list[dict]:
+    return [{"description": "KafkaV2[Subscribe[t]]", "endOffset": end, "latestOffset": latest}]
+
+
+def test_status_records_match_the_contract_examples():
+    newest = epoch("2026-11-21T05:01:01.900Z")
+    stats = BatchStats(42, 3, input_rows=2400, newest_s=newest)
+    sources = _sources({"t": {"0": 130, "1": 70}}, {"t": {"0": 100, "1": 70}})
+    ingest = ingest_status(_progress(42, sources=sources), "connmon-job", stats, 120.0)
+    assert ingest.to_dict() == {
         "schema": 1,
         "job_id": "connmon-job",
         "query": "aggregates",
@@ -66,34 +70,87 @@ def test_status_record_matches_the_contract_example():
         "input_rows_per_s": 1200.5,
         "processed_rows_per_s": 2400.1,
         "num_input_rows": 2400,
-        "watermark": "2026-11-21T04:59:00.000Z",
-        "watermark_delay_s": 122.12,
+        "watermark": "2026-11-21T04:59:01.900Z",
+        "watermark_delay_s": 120.22,
         "dead_letter_total": 3,
         "late_events_total": 0,
         "last_event_time": "2026-11-21T05:01:01.900Z",
-        "hosts": [HOST],
+        "hosts": [],
         "internal_errors_total": 0,
+        "offsets_behind": 30,
+        "input_lost_total": 0,
     }
+    assert ingest.key == "connmon-job:aggregates"
+    view = StateView(max_event_s=epoch("2026-11-21T05:01:00.000Z"), late_events_total=2)
+    state = state_status(_progress(7, "state"), "connmon-job", view, [HOST], 120.0)
+    assert (state.query, state.key, state.batch_id) == ("state", "connmon-job:state", 7)
+    assert (state.watermark, state.late_events_total, state.hosts) == (
+        "2026-11-21T04:59:00.000Z",
+        2,
+        [HOST],
+    )
+    assert state.dead_letter_total == 0 and state.offsets_behind is None
+
+
+def test_offsets_behind_sums_the_partitions_spark_left_unread():
+    assert offsets_behind({"sources": _sources({"t": {"0": 5}}, {"t": {"0": 5}})}) == 0
+    # as JSON text, a partition the batch has not seen yet, a source without offsets
+    text = _sources('{"t": {"0": 9, "1": 4}}', '{"t": {"0": 2}}') + [{"description": "rate"}]
+    assert offsets_behind({"sources": text}) == 7
+    assert offsets_behind({"sources": [{"description": "rate"}]}) is None
+
+
+def _ranges(start: dict, end: dict) -> dict:
+    return {"sources": [{"startOffset": start, "endOffset": end, "latestOffset": end}]}
+
+
+def test_lost_records_are_the_planned_offsets_the_batch_did_not_read():
+    d = _ranges({"p": {"0": 10, "1": 5}}, {"p": {"0": 40, "1": 15}})
+    assert lost_records(d, 40) == (0, [])
+    assert lost_records(d, 25) == (15, ["15 of the 40 records planned were deleted first"])
+    # a new partition (no start yet) is read from its beginning: nothing to compare
+    assert lost_records(_ranges({"p": {"0": 10}}, {"p": {"0": 12, "1": 7}}), 9) == (0, [])
+
+
+def test_offsets_that_went_back_count_what_the_new_topic_held():
+    d = _ranges({"p": {"0": 500, "1": 20}}, {"p": {"0": 30, "1": 25}})
+    assert lost_records(d, 5) == (30, ["p-0: offsets went back from 500 to 30"])
+
+
+def test_the_status_counts_lost_input_per_query_and_says_what_to_do(caplog):
+    published = []
+    listener = StatusListener("j", published.append, lambda: None, 120.0, 10.0, lambda: NOW)
+    ranges = _ranges({"p": {"0": 0}}, {"p": {"0": 100}})
+    for batch, rows in ((1, 100), (2, 60), (3, 70)):
+        listener.onQueryProgress(_Event(_state(batch, None) | ranges | {"numInputRows": rows}))
+    assert [s.input_lost_total for s in published] == [0, 40, 70]
+    listener.onQueryProgress(_Event(_progress(4) | ranges | {"numInputRows": 100}))
+    assert published[-1].query == "aggregates" and published[-1].input_lost_total == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "query state, batch 2: 40 record(s)" in warnings[0]
+    assert "retention.ms" in warnings[0]
 
 
 def test_status_counts_a_batch_read_twice_once():
     # Spark's progress counts both reads of a batch with dead letters; the batch's own count
     # of 1200 records wins and the rates are scaled by the same factor.
     stats = BatchStats(42, 5, input_rows=1200)
-    st = status_from_progress(_progress(42), "j", stats, StateView(), [])
+    st = ingest_status(_progress(42), "j", stats, 120.0)
     assert (st.num_input_rows, st.input_rows_per_s, st.processed_rows_per_s) == (
         1200,
         600.25,
         1200.05,
     )
     # stats of an older batch are not this batch's count
-    assert status_from_progress(_progress(43), "j", stats, StateView(), []).num_input_rows == 2400
+    assert ingest_status(_progress(43), "j", stats, 120.0).num_input_rows == 2400
 
 
 def test_status_before_the_first_batch_has_no_watermark():
-    st = status_from_progress(_progress(0), "j", None, StateView(), [])
+    st = ingest_status(_progress(0), "j", None, 120.0)
     assert (st.watermark, st.watermark_delay_s, st.last_event_time) == (None, None, None)
     assert (st.dead_letter_total, st.late_events_total) == (0, 0)
+    st = state_status(_state(0, None), "j", StateView(), [], 120.0)
+    assert (st.watermark, st.last_event_time) == (None, None)
 
 
 def test_the_state_querys_progress_gives_watermark_newest_event_late_events_and_hosts():
@@ -121,19 +178,23 @@ class _Event:
         self.progress = type("P", (), {"name": progress["name"], "json": json.dumps(progress)})
 
 
-def test_each_batch_of_either_query_publishes_the_status():
+def test_each_batch_of_each_query_publishes_a_status_about_that_query():
     published = []
-    listener = StatusListener(
-        "j", published.append, lambda: BatchStats(42, 0, 2400), 120.0, 10.0, lambda: NOW
-    )
+    stats = BatchStats(42, 0, 2400, newest_s=epoch("2026-11-21T05:01:02.000Z"))
+    listener = StatusListener("j", published.append, lambda: stats, 120.0, 10.0, lambda: NOW)
     late = {"late": 5, "duplicates": 0, "hosts": {}}
-    # before any ingest batch: counted, not published
     listener.onQueryProgress(_Event(_state(7, "2026-11-21T05:01:00.000Z", late)))
-    assert published == []
     listener.onQueryProgress(_Event(_progress(42)))
     listener.onQueryProgress(_Event(_state(8, "2026-11-21T05:01:00.000Z", late)))
+    listener.onQueryProgress(_Event(_progress(9, "someone else's query")))
     assert [(s.query, s.batch_id, s.late_events_total) for s in published] == [
-        ("aggregates", 42, 5),
-        ("aggregates", 42, 10),
+        ("state", 7, 5),
+        ("aggregates", 42, 0),
+        ("state", 8, 10),
     ]
-    assert published[0].watermark == "2026-11-21T04:59:00.000Z"
+    # each as far as it got: the ingest query has read events two seconds newer
+    assert [s.watermark for s in published] == [
+        "2026-11-21T04:59:00.000Z",
+        "2026-11-21T04:59:02.000Z",
+        "2026-11-21T04:59:00.000Z",
+    ]

@@ -22,7 +22,8 @@ EXPECTED_ALERTS = {
     "ConnMonCloseWaitBuildup", "ConnMonIdleChurn", "ConnMonDuplicateConnections",
     "ConnMonIdleZombie", "ConnMonConnectionStorm", "ConnMonTimeWaitPileup", "ConnMonAgentDown",
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
-    "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInternalErrors",
+    "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInputLost",
+    "ConnMonJobInternalErrors",
 }  # fmt: skip
 
 
