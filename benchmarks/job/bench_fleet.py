@@ -65,6 +65,7 @@ from benchkit import (  # noqa: E402
 )
 
 from streaming.job.checkpoint import INGEST_QUERY, STATE_QUERY  # noqa: E402
+from streaming.job.settings import JobSettings  # noqa: E402
 from streaming.schema.times import epoch  # noqa: E402
 
 APP_NAME = "connmon-bench-fleet"
@@ -335,7 +336,10 @@ def run_driver(args: argparse.Namespace) -> int:
     spark = local_session(
         app_name=APP_NAME,
         master=args.master,
-        conf={"spark.sql.streaming.numRecentProgressUpdates": "5000"},
+        conf={
+            "spark.sql.streaming.numRecentProgressUpdates": "5000",
+            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        },
     )
     job = None
     try:
@@ -664,7 +668,8 @@ def run_size(n: int, args: argparse.Namespace, bootstrap: str, kafka_pid: int | 
         driver = Child(
             [sys.executable, __file__, "--driver", "--bootstrap", bootstrap, "--prefix", prefix,
              "--checkpoint", str(work / f"checkpoint-{n}"), "--master", args.master,
-             "--trigger", str(args.trigger), "--state-buckets", str(args.state_buckets)],
+             "--trigger", str(args.trigger), "--state-buckets", str(args.state_buckets),
+             "--shuffle-partitions", str(args.shuffle_partitions)],
             log, prefix=MARK, stdin=True,
         )  # fmt: skip
         jvm_pid = driver.expect("ready", args.start_timeout)["jvm_pid"]
@@ -876,6 +881,12 @@ def main() -> int:
                     help="s to wait for the last probes' findings after the period")  # fmt: skip
     ap.add_argument("--partitions", type=int, default=2, help="of the events topic")
     ap.add_argument("--state-buckets", type=int, default=256)
+    ap.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=JobSettings.shuffle_partitions,
+        help="state-store partitions (and the ingest aggregation's)",
+    )
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--sample-every", type=float, default=2.0, help="s")
     ap.add_argument("--start-timeout", type=float, default=300.0, help="s for the job to start")
