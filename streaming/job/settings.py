@@ -25,6 +25,8 @@ from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# Batch caps, in records per micro-batch: the events source's and the partials source's.
+_BATCH_CAPS = ("max_offsets_per_trigger", "partials_max_offsets_per_trigger")
 
 
 @dataclass
@@ -90,7 +92,7 @@ class JobSettings:
                 raise ConfigError(f"{name.replace('_', '-')}: empty topic name")
         if self.trigger_s <= 0:
             raise ConfigError("trigger: must be a positive duration such as 5s")
-        for name in ("max_offsets_per_trigger", "partials_max_offsets_per_trigger"):
+        for name in _BATCH_CAPS:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ConfigError(f"{name.replace('_', '-')}: must be at least 1")
@@ -247,7 +249,7 @@ def from_sources(
 
 def _coerce(s: JobSettings) -> None:
     """Types of values that came from a file or the command line as strings."""
-    for name in ("max_offsets_per_trigger", "partials_max_offsets_per_trigger"):
+    for name in _BATCH_CAPS:
         try:
             if getattr(s, name) is not None:
                 setattr(s, name, int(getattr(s, name)))

@@ -32,18 +32,14 @@ STATE_METRICS = "state"  # the state query's observed metrics: ``stats``, the bu
 class StateView:
     """What the state query's batches told the driver, since the job started."""
 
-    watermark_s: float | None = None
     max_event_s: float | None = None
     late_events_total: int = 0
     internal_errors_total: int = 0  # records the state query set aside
 
 
-def fold_state_progress(
-    d: dict[str, Any], view: StateView, clocks: HostClocks, watermark_s: float, now: float
-) -> None:
+def fold_state_progress(d: dict[str, Any], view: StateView, clocks: HostClocks, now: float) -> None:
     """One state-query progress (its JSON dict) into ``view`` and ``clocks``: the fleet's
-    newest event time (the batch's, or Spark's watermark), the job's watermark (``watermark_s``
-    behind that) and the buckets' counts."""
+    newest event time (the batch's, or Spark's watermark) and the buckets' counts."""
     event_time = d.get("eventTime") or {}
     newest = []
     wm = event_time.get("watermark")
@@ -55,8 +51,6 @@ def fold_state_progress(
     for t in newest:
         if view.max_event_s is None or t > view.max_event_s:
             view.max_event_s = t
-    if view.max_event_s is not None:
-        view.watermark_s = view.max_event_s - watermark_s
     hosts: dict[str, HostBatch] = {}
     metrics = (d.get("observedMetrics") or {}).get(STATE_METRICS) or {}
     for text in metrics.get("stats") or []:
@@ -149,10 +143,11 @@ def _status(
     )
 
 
-def ingest_status(p: Any, job_id: str, stats: BatchStats | None, watermark_s: float) -> JobStatus:
-    """The ingest query's record, from its StreamingQueryProgress (or its JSON dict) and its
-    newest batch's stats (None before the first batch)."""
-    d = json.loads(p.json) if hasattr(p, "json") else p
+def ingest_status(
+    d: dict[str, Any], job_id: str, stats: BatchStats | None, watermark_s: float
+) -> JobStatus:
+    """The ingest query's record, from its progress (JSON dict) and its newest batch's stats
+    (None before the first batch)."""
     st = _status(
         d,
         job_id,
@@ -173,10 +168,9 @@ def ingest_status(p: Any, job_id: str, stats: BatchStats | None, watermark_s: fl
 
 
 def state_status(
-    p: Any, job_id: str, view: StateView, hosts: list[dict[str, Any]], watermark_s: float
+    d: dict[str, Any], job_id: str, view: StateView, hosts: list[dict[str, Any]], watermark_s: float
 ) -> JobStatus:
-    """The state query's record, from its progress (or its JSON dict) and its view so far."""
-    d = json.loads(p.json) if hasattr(p, "json") else p
+    """The state query's record, from its progress (JSON dict) and its view so far."""
     return _status(
         d,
         job_id,
@@ -221,7 +215,7 @@ class StatusListener(StreamingQueryListener):
             if p.name == INGEST_QUERY:
                 st = ingest_status(d, self.job_id, self.stats(), self.watermark_s)
             elif p.name == STATE_QUERY:
-                fold_state_progress(d, self.view, self.clocks, self.watermark_s, now)
+                fold_state_progress(d, self.view, self.clocks, now)
                 hosts = self.clocks.snapshot(now) if self.clocks.hosts else []
                 st = state_status(d, self.job_id, self.view, hosts, self.watermark_s)
             else:

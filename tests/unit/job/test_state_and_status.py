@@ -155,22 +155,25 @@ def test_status_before_the_first_batch_has_no_watermark():
 
 def test_the_state_querys_progress_gives_watermark_newest_event_late_events_and_hosts():
     view, hc = StateView(), HostClocks(10.0)
-    fold_state_progress(_state(3, None), view, hc, 120.0, NOW)
+    fold_state_progress(_state(3, None), view, hc, NOW)
     assert view == StateView()  # Spark's watermark before it has one
     late = {"late": 4, "duplicates": 0, "hosts": {"web-2": {"events": 4, "late": 4}}}
     fast = {"late": 0, "duplicates": 1, "hosts": {"web-3": {"events": 9, "offset_s": 90.0}}}
-    fold_state_progress(_state(4, "2026-11-21T05:01:00.000Z", late, fast), view, hc, 120.0, NOW)
+    fold_state_progress(_state(4, "2026-11-21T05:01:00.000Z", late, fast), view, hc, NOW)
     assert view.max_event_s == epoch("2026-11-21T05:01:00.000Z")
-    assert view.watermark_s == epoch("2026-11-21T04:59:00.000Z")  # 120 s behind it
+    st = state_status(_state(4, None), "j", view, [], 120.0)
+    assert epoch(st.watermark) == epoch("2026-11-21T04:59:00.000Z")  # 120 s behind it
     assert view.late_events_total == 4
     snap = {h["host"]: h for h in hc.snapshot(NOW)}
     assert snap["web-3"]["clock_offset_s"] == 90.0 and snap["web-3"]["skewed_events_total"] == 9
     assert snap["web-2"]["late_events_total"] == 4 and snap["web-2"]["clock_offset_s"] is None
     # a batch's own newest event time counts when it is ahead of the watermark's
     newest = "2026-11-21T05:01:01.000Z"
-    fold_state_progress(_state(5, "2026-11-21T05:01:00.000Z", newest=newest), view, hc, 120, NOW)
+    fold_state_progress(_state(5, "2026-11-21T05:01:00.000Z", newest=newest), view, hc, NOW)
     assert view.max_event_s == epoch(newest) and view.late_events_total == 4
-    assert view.watermark_s == epoch(newest) - 120
+    assert (
+        epoch(state_status(_state(5, None), "j", view, [], 120.0).watermark) == epoch(newest) - 120
+    )
 
 
 class _Event:
