@@ -387,6 +387,19 @@ def make_processor(
             records = [Record(r.batch, r.part, r.now, r.fleet, r.value) for r in rows]
             return self._run(key, records, timerValues, None)
 
+        def handleInitialState(  # noqa: N802 - Spark's API
+            self,
+            key: Any,
+            initialState: Any,  # noqa: N803
+            timerValues: Any,  # noqa: N803
+        ) -> None:
+            """A bucket a migration saved (``migrate``): kept as it is, with its timer."""
+            bucket = Bucket.load(bytes(initialState.state), cfg, clock)
+            bucket.timer_ms = bucket.next_timer_ms()
+            if bucket.timer_ms is not None:
+                self.handle.registerTimer(bucket.timer_ms)
+            self.state.update((bucket.dump(),))
+
         def handleExpiredTimer(  # noqa: N802 - Spark's API
             self,
             key: Any,

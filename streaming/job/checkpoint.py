@@ -70,31 +70,40 @@ def exists(spark: SparkSession, uri: str) -> bool:
     return bool(fs.exists(path))
 
 
-def open_checkpoint(
-    spark: SparkSession, checkpoint: str, window_s: float, state_buckets: int
-) -> Meta:
-    """The checkpoint's settings, created on first use; a checkpoint saved with other windows,
-    another bucket count or by an earlier connmon fails here, naming the setting."""
+def read_meta(spark: SparkSession, checkpoint: str) -> Meta | None:
+    """The checkpoint's settings (None before the job first started on it); a checkpoint of
+    another layout fails here."""
     uri = join(checkpoint, META)
     try:
         text = read_text(spark, uri)
     except Exception as exc:
         raise ConfigError(f"checkpoint: cannot read {uri}: {exc}") from exc
     if text is None:
-        if exists(spark, join(checkpoint, INGEST_QUERY)):
-            raise ConfigError(
-                f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
-                "use a new one"
-            )
-        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
-        write_text(spark, uri, json.dumps(asdict(meta)))
-        return meta
+        return None
     try:
         meta = Meta(**json.loads(text))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"checkpoint: {uri} is not a connmon checkpoint ({exc})") from exc
     if meta.layout != LAYOUT:
         raise ConfigError(f"checkpoint: {checkpoint} has layout {meta.layout}; use a new one")
+    return meta
+
+
+def open_checkpoint(
+    spark: SparkSession, checkpoint: str, window_s: float, state_buckets: int
+) -> Meta:
+    """The checkpoint's settings, created on first use; a checkpoint saved with other windows,
+    another bucket count or by an earlier connmon fails here, naming the setting."""
+    meta = read_meta(spark, checkpoint)
+    if meta is None:
+        if exists(spark, join(checkpoint, INGEST_QUERY)):
+            raise ConfigError(
+                f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
+                "use a new one"
+            )
+        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
+        write_text(spark, join(checkpoint, META), json.dumps(asdict(meta)))
+        return meta
     if not math.isclose(meta.window_s, window_s):
         raise ConfigError(
             f"detectors.window_s: the checkpoint has {meta.window_s} s windows, the config "
@@ -103,7 +112,7 @@ def open_checkpoint(
     if meta.state_buckets != state_buckets:
         raise ConfigError(
             f"state-buckets: the checkpoint has {meta.state_buckets}, the config "
-            f"{state_buckets}; use a new checkpoint to change it"
+            f"{state_buckets}; to change it, start on a new checkpoint with --migrate-from"
         )
     return meta
 
@@ -115,35 +124,11 @@ def uncommitted_offsets(
     it reads: (batch, [(topic, partition, first or None if unknown, last)]); None when every
     planned batch was committed. Read from the query's offset log (Spark's own records)."""
     done = last_commit(spark, checkpoint, query)
-    fs, path = _fs(spark, join(checkpoint, query, "offsets"))
-    if not fs.exists(path):
-        return None
-    ids = [int(n) for st in fs.listStatus(path) if (n := st.getPath().getName()).isdigit()]
-    batch = max(ids, default=None)
+    batch = _newest(spark, join(checkpoint, query, "offsets"))
     if batch is None or (done is not None and batch <= done):
         return None
-
-    def ends(*parts: str, skip: int) -> dict[tuple[str, int], int]:
-        text = (read_text(spark, join(checkpoint, query, *parts)) or "").lstrip("\0")
-        out: dict[tuple[str, int], int] = {}
-        for line in text.splitlines()[skip:]:
-            try:
-                topics = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(topics, dict):
-                for topic, parts in topics.items():
-                    if isinstance(parts, dict):
-                        out.update({(topic, int(p)): int(o) for p, o in parts.items()})
-        return out
-
-    # A batch's offsets: the version, the batch's metadata, then a line per source. The first
-    # batch starts where the source started (its own log: the version, then the offsets).
-    last = ends("offsets", str(batch), skip=2)
-    if batch - 1 in ids:
-        first = ends("offsets", str(batch - 1), skip=2)
-    else:
-        first = ends("sources", "0", "0", skip=1)
+    last = batch_end_offsets(spark, checkpoint, query, batch)
+    first = batch_end_offsets(spark, checkpoint, query, batch - 1)
     ranges = [
         (topic, p, first.get((topic, p)), end - 1)
         for (topic, p), end in sorted(last.items())
@@ -152,10 +137,40 @@ def uncommitted_offsets(
     return batch, ranges
 
 
-def last_commit(spark: SparkSession, checkpoint: str, query: str) -> int | None:
-    """The newest batch a query committed to the checkpoint (None before its first)."""
-    fs, path = _fs(spark, join(checkpoint, query, "commits"))
+def batch_end_offsets(
+    spark: SparkSession, checkpoint: str, query: str, batch: int
+) -> dict[tuple[str, int], int]:
+    """Where a query's batch ends reading each (topic, partition); batch -1: where the query
+    started. Read from Spark's offset log: a batch's file holds the version, the batch's
+    metadata, then a line per source; the start is the source's own log (the version, then
+    the offsets). Empty when there is no such batch."""
+    if batch >= 0:
+        parts, skip = ("offsets", str(batch)), 2
+    else:
+        parts, skip = ("sources", "0", "0"), 1
+    text = (read_text(spark, join(checkpoint, query, *parts)) or "").lstrip("\0")
+    out: dict[tuple[str, int], int] = {}
+    for line in text.splitlines()[skip:]:
+        try:
+            topics = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(topics, dict):
+            for topic, offsets in topics.items():
+                if isinstance(offsets, dict):
+                    out.update({(topic, int(p)): int(o) for p, o in offsets.items()})
+    return out
+
+
+def _newest(spark: SparkSession, folder: str) -> int | None:
+    """The highest batch number among a Spark log folder's files (None if none)."""
+    fs, path = _fs(spark, folder)
     if not fs.exists(path):
         return None
     ids = [int(n) for st in fs.listStatus(path) if (n := st.getPath().getName()).isdigit()]
     return max(ids, default=None)
+
+
+def last_commit(spark: SparkSession, checkpoint: str, query: str) -> int | None:
+    """The newest batch a query committed to the checkpoint (None before its first)."""
+    return _newest(spark, join(checkpoint, query, "commits"))

@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
     job.add_argument("--master", help="Spark master (default local[*]; spark://host:port too)")
     job.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
     job.add_argument("--checkpoint", help="checkpoint folder (required unless master is local)")
+    job.add_argument(
+        "--migrate-from",
+        metavar="OLD",
+        help="start a new --checkpoint with the state of the stopped job on OLD (other "
+        "--shuffle-partitions or --state-buckets); ignored once the new one exists",
+    )
     job.add_argument("--trigger", help="micro-batch interval, e.g. 5s (default 5s)")
     job.add_argument("--max-offsets-per-trigger", type=int, help="cap on events per micro-batch")
     job.add_argument("--starting-offsets", help="earliest, latest (default) or JSON offsets")
@@ -130,6 +136,7 @@ _JOB_FIELDS = (
     "master",
     "bootstrap_servers",
     "checkpoint",
+    "migrate_from",
     "trigger",
     "max_offsets_per_trigger",
     "starting_offsets",

@@ -13,6 +13,7 @@ same two steps over JSON-lines files, one after the other, with files in between
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -30,13 +31,15 @@ from pyspark.sql import functions as F
 
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
-from streaming.job import buckets, parse
+from streaming.job import buckets, migrate, parse
 from streaming.job.checkpoint import (
     INGEST_QUERY,
     STATE_QUERY,
+    Meta,
     join,
     last_commit,
     open_checkpoint,
+    read_meta,
 )
 from streaming.job.ingest import PARTS, RECORD_COLUMNS, Ingest, bucket_key
 from streaming.job.session import connector_package, stop_query
@@ -47,7 +50,7 @@ from streaming.schema.status import JobStatus
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +156,12 @@ def state_stream(
     clock: Callable[[Any], str],
     topics: Mapping[str, str],
     latest_only: bool,
+    initial: DataFrame | None = None,
 ) -> DataFrame:
     """Records (``RECORD_COLUMNS``) -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
     store. Spark's watermark is the fleet's newest event time (each record's newest, bounded
-    by the job's clock when its batch started)."""
+    by the job's clock when its batch started). ``initial``: saved buckets (bucket, state) the
+    query starts with (``migrate``)."""
     typed = {h: F.col(h).cast(t) for h, t in RECORD_TYPES.items()}
     newest = F.least(typed["t"], typed["now"])  # least() skips a null: no clock in a replay
     keyed = records.select(
@@ -177,6 +182,7 @@ def state_stream(
             buckets.OUTPUT_SCHEMA,
             "Update",
             "EventTime",
+            initialState=None if initial is None else initial.groupBy("bucket"),
         )
     )
 
@@ -267,14 +273,23 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         checkpoint = tempfile.mkdtemp(prefix="connmon-job-ckpt-")
         temp_dirs.append(checkpoint)
         log.warning("no --checkpoint: using %s, removed at exit", checkpoint)
-    meta = open_checkpoint(spark, checkpoint, s.detectors.window_s, s.state_buckets)
-    resumed = last_commit(spark, checkpoint, STATE_QUERY)
-    if resumed is not None:
-        log.info("series state resumes after batch %d of the state query (%s)", resumed, checkpoint)
     if not s.local:
         d = tempfile.mkdtemp(prefix="connmon-pyfiles-")
         temp_dirs.append(d)
         spark.sparkContext.addPyFile(package_zip(d))
+    if s.migrate_from is not None and read_meta(spark, checkpoint) is None:
+        migrate_state(spark, s, s.migrate_from, checkpoint)
+    meta = open_checkpoint(spark, checkpoint, s.detectors.window_s, s.state_buckets)
+    resumed = last_commit(spark, checkpoint, STATE_QUERY)
+    initial = None
+    if resumed is not None:
+        log.info("series state resumes after batch %d of the state query (%s)", resumed, checkpoint)
+    else:
+        initial = migrate.initial_state(spark, checkpoint)
+    if last_commit(spark, checkpoint, INGEST_QUERY) is None:
+        offsets = migrate.starting_offsets(spark, checkpoint)
+        if offsets is not None:
+            s = dataclasses.replace(s, starting_offsets=offsets)
 
     status_sink = KafkaSink(s.bootstrap_servers, dict(s.producer))
     ingest = Ingest(
@@ -308,26 +323,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
-    topics = {
-        "aggregates": s.aggregates_topic,
-        "findings": s.findings_topic,
-        "deadletter": s.deadletter_topic,
-    }
-    partials = partials_source(spark, s, meta.run_id, meta.state_buckets)
-    out = state_stream(partials, s.detectors, buckets.wall_clock, topics, True)
-    counted = out.observe(
-        STATE_METRICS,
-        F.collect_list(F.when(F.col("topic").isNull(), F.col("value"))).alias("stats"),
-    )
-    state_writer = (
-        counted.where(F.col("topic").isNotNull())
-        .writeStream.queryName(STATE_QUERY)
-        .format("kafka")
-        .options(**writer_options(s))
-        .outputMode("update")
-        .option("checkpointLocation", join(checkpoint, STATE_QUERY))
-        .trigger(**trigger)
-    )
+    state_writer = state_query(spark, s, meta, checkpoint, initial).trigger(**trigger)
     queries: list[StreamingQuery] = []
     job = RunningJob(spark, queries, listener, [status_sink], temp_dirs)
     try:
@@ -337,6 +333,56 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         job.stop()
         raise
     return job
+
+
+def state_query(
+    spark: SparkSession, s: JobSettings, meta: Meta, checkpoint: str, initial: DataFrame | None
+) -> DataStreamWriter:
+    """The state query of the job on ``checkpoint``, all but its trigger."""
+    topics = {
+        "aggregates": s.aggregates_topic,
+        "findings": s.findings_topic,
+        "deadletter": s.deadletter_topic,
+    }
+    partials = partials_source(spark, s, meta.run_id, meta.state_buckets)
+    out = state_stream(partials, s.detectors, buckets.wall_clock, topics, True, initial)
+    counted = out.observe(
+        STATE_METRICS,
+        F.collect_list(F.when(F.col("topic").isNull(), F.col("value"))).alias("stats"),
+    )
+    return (
+        counted.where(F.col("topic").isNotNull())
+        .writeStream.queryName(STATE_QUERY)
+        .format("kafka")
+        .options(**writer_options(s))
+        .outputMode("update")
+        .option("checkpointLocation", join(checkpoint, STATE_QUERY))
+    )
+
+
+def migrate_state(spark: SparkSession, s: JobSettings, source: str, dest: str) -> None:
+    """Move the state of the job on ``source`` into the new checkpoint ``dest`` (``migrate``):
+    the old state query first applies what is left on the partials topic."""
+    old = migrate.check_source(spark, source, s.detectors.window_s)
+    log.info(
+        "migrating the state of %s: its state query reads the partials topic to the end", source
+    )
+    drain = state_query(spark, s, old, source, None).trigger(availableNow=True).start()
+    try:
+        drain.awaitTermination()
+    finally:
+        drain.stop()
+    if drain.exception() is not None:
+        raise RuntimeError(f"migrate-from: the state query of {source} failed: {drain.exception()}")
+    n = migrate.write(spark, source, dest, s.detectors, s.state_buckets)
+    log.info(
+        "migrated the state of %s (%d buckets) into %d of %d buckets on %s",
+        source,
+        old.state_buckets,
+        n,
+        s.state_buckets,
+        dest,
+    )
 
 
 # ---- replay --------------------------------------------------------------------------------

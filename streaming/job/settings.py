@@ -48,6 +48,8 @@ class JobSettings:
     check_topics: bool = True
     master: str = "local[*]"
     checkpoint: str | None = None
+    # A checkpoint whose state a new checkpoint starts with (``migrate``).
+    migrate_from: str | None = None
     trigger: str = "5s"
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "latest"
@@ -109,6 +111,11 @@ class JobSettings:
                 f"checkpoint: required when master is {self.master!r} (not local[...]); "
                 "pass --checkpoint DIR on storage every restart can reach"
             )
+        if self.migrate_from is not None:
+            if not self.checkpoint:
+                raise ConfigError("migrate-from: needs --checkpoint, the new checkpoint")
+            if self.migrate_from.rstrip("/") == self.checkpoint.rstrip("/"):
+                raise ConfigError("migrate-from: the same folder as --checkpoint; give a new one")
         if self.shuffle_partitions < 1:
             raise ConfigError("shuffle-partitions: must be at least 1")
         if not 1 <= self.state_buckets <= 1_000_000:

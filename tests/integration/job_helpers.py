@@ -268,12 +268,17 @@ def sigkill_and_restart(
     checkpoint: str,
     committed: Callable[[], bool],
     extra_args: Sequence[str] = (),
+    stop: int = signal.SIGKILL,
+    restart_args: Sequence[str] | None = None,
+    restarted: str = "series state resumes after batch",
 ) -> str:
     """Run the job on half of two scenarios' events with ``checkpoint``; once a finding is out
-    and ``committed()`` says the state query committed a batch there, SIGKILL the job's process
-    group, send the other half and start the job again on the same checkpoint. The restarted
-    job must end with exactly the findings of a replay of all events in one go, under the same
-    keys, none lost and none added. Returns the log of both runs."""
+    and ``committed()`` says the state query committed a batch there, SIGKILL (``stop``) the
+    job's process group, send the other half and start the job again on the same checkpoint
+    (with ``restart_args`` instead of the checkpoint and ``extra_args`` when given). The
+    restarted job, whose log says ``restarted``, must end with exactly the findings of a replay
+    of all events in one go, under the same keys, none lost and none added. Returns the log of
+    both runs."""
     now = time.time()
     leak = recording("close_wait_leak", end=now)
     dup = recording("duplicate_clients", end=now)
@@ -297,8 +302,10 @@ def sigkill_and_restart(
                 and committed()
             ),
         )
-        _kill_group(p)  # SIGKILL: no shutdown hook, no flush, no clean stop
+        _kill_group(p, stop)  # SIGKILL: no shutdown hook, no flush, no clean stop
         produce(t.bootstrap, t.events, lines(second))
+        if restart_args is not None:
+            args = [*t.cli_args(), *restart_args]
         p = _start_cli(args, log)
 
         # the same events replayed in one go are the reference
@@ -325,7 +332,7 @@ def sigkill_and_restart(
                 k: _comparable(v) for k, v in expected.items()
             }
             raise
-        assert "series state resumes after batch" in log.read_text()  # really restarted
+        assert restarted in log.read_text()  # really restarted
         keys = {k for k, _ in consume_all(t.bootstrap, t.findings)}
         assert keys == set(expected) == set(got)
         assert {
