@@ -107,7 +107,7 @@ def open_checkpoint(
     if not math.isclose(meta.window_s, window_s):
         raise ConfigError(
             f"detectors.window_s: the checkpoint has {meta.window_s} s windows, the config "
-            f"{window_s} s; use a new checkpoint to change it"
+            f"{window_s} s; to change it, start on a new checkpoint with --migrate-from"
         )
     if meta.state_buckets != state_buckets:
         raise ConfigError(

@@ -42,6 +42,7 @@ from streaming.job.checkpoint import (
     write_text,
 )
 from streaming.job.open_windows import SERIES
+from streaming.schema.times import iso_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -51,17 +52,11 @@ _STATE = "state"
 _OFFSETS = "offsets.json"
 
 
-def check_source(spark: SparkSession, source: str, window_s: float) -> Meta:
+def check_source(spark: SparkSession, source: str) -> Meta:
     """OLD's settings, once it is known to be a checkpoint the job can move from."""
     meta = read_meta(spark, source)
     if meta is None:
         raise ConfigError(f"migrate-from: {source} is not a connmon checkpoint (no connmon.json)")
-    if not math.isclose(meta.window_s, window_s):
-        raise ConfigError(
-            f"detectors.window_s: {source} has {meta.window_s} s windows, the config {window_s} s; "
-            "open windows and history cannot change length: keep the window to migrate, or "
-            "start on a new checkpoint without --migrate-from"
-        )
     pending = uncommitted_offsets(spark, source, INGEST_QUERY)
     if pending is not None:
         raise ConfigError(
@@ -72,15 +67,40 @@ def check_source(spark: SparkSession, source: str, window_s: float) -> Meta:
     return meta
 
 
-def rebucketed(spark: SparkSession, source: str, cfg: DetectorConfig, buckets: int) -> DataFrame:
-    """OLD's saved buckets as ``buckets`` new ones: (bucket, state), the state as saved."""
-    saved = (
+def same_windows(old: Meta, window_s: float) -> bool:
+    """Whether OLD's state can move: open windows and history are per window of its length."""
+    return math.isclose(old.window_s, window_s)
+
+
+def _saved(spark: SparkSession, source: str) -> DataFrame:
+    """OLD's saved buckets (``state``), as its state query last committed them."""
+    return (
         spark.read.format("statestore")
         .option("path", join(source, STATE_QUERY))
         .option("stateVarName", "bucket")
         .load()
         .select("value.state")
     )
+
+
+def resolved_findings(
+    spark: SparkSession, source: str, old: Meta, cfg: DetectorConfig
+) -> DataFrame:
+    """OLD's firing findings as resolved records (key, value): for windows of another length,
+    when the new checkpoint starts without OLD's state."""
+    at = cfg.replace(window_s=old.window_s)
+    now = iso_now()
+    return spark.createDataFrame(
+        _saved(spark, source).rdd.flatMap(
+            lambda r: rebucket.resolved_findings(bytes(r.state), at, now)
+        ),
+        "key string, value string",
+    )
+
+
+def rebucketed(spark: SparkSession, source: str, cfg: DetectorConfig, buckets: int) -> DataFrame:
+    """OLD's saved buckets as ``buckets`` new ones: (bucket, state), the state as saved."""
+    saved = _saved(spark, source)
     series = spark.createDataFrame(
         saved.rdd.flatMap(lambda r: [(*f, p) for f, p in rebucket.split(bytes(r.state), cfg)]),
         ", ".join(f"{k} string" for k in SERIES) + ", part binary",
@@ -92,18 +112,24 @@ def rebucketed(spark: SparkSession, source: str, cfg: DetectorConfig, buckets: i
     )
 
 
-def write(spark: SparkSession, source: str, dest: str, cfg: DetectorConfig, buckets: int) -> int:
-    """OLD's state in ``buckets`` buckets and where its ingest query ended, into NEW's
-    ``migrated`` folder; returns how many buckets hold state."""
+def write_state(
+    spark: SparkSession, source: str, dest: str, cfg: DetectorConfig, buckets: int
+) -> int:
+    """OLD's state in ``buckets`` buckets, into NEW's ``migrated`` folder; returns how many
+    buckets hold state."""
     state = rebucketed(spark, source, cfg, buckets)
     state.write.mode("overwrite").parquet(join(dest, FOLDER, _STATE))
+    return spark.read.parquet(join(dest, FOLDER, _STATE)).count()
+
+
+def write_offsets(spark: SparkSession, source: str, dest: str) -> None:
+    """Where OLD's ingest query ended, into NEW's ``migrated`` folder."""
     done = last_commit(spark, source, INGEST_QUERY)
     ends = {} if done is None else batch_end_offsets(spark, source, INGEST_QUERY, done)
     offsets: dict[str, dict[str, int]] = {}
     for (topic, p), o in ends.items():
         offsets.setdefault(topic, {})[str(p)] = o
     write_text(spark, join(dest, FOLDER, _OFFSETS), json.dumps(offsets))
-    return spark.read.parquet(join(dest, FOLDER, _STATE)).count()
 
 
 def initial_state(spark: SparkSession, checkpoint: str) -> DataFrame | None:

@@ -363,25 +363,46 @@ def state_query(
 def migrate_state(spark: SparkSession, s: JobSettings, source: str, dest: str) -> None:
     """Move the state of the job on ``source`` into the new checkpoint ``dest`` (``migrate``):
     the old state query first applies what is left on the partials topic."""
-    old = migrate.check_source(spark, source, s.detectors.window_s)
+    old = migrate.check_source(spark, source)
     log.info(
         "migrating the state of %s: its state query reads the partials topic to the end", source
     )
-    drain = state_query(spark, s, old, source, None).trigger(availableNow=True).start()
+    as_old = dataclasses.replace(s, detectors=s.detectors.replace(window_s=old.window_s))
+    drain = state_query(spark, as_old, old, source, None).trigger(availableNow=True).start()
     try:
         drain.awaitTermination()
     finally:
         drain.stop()
     if drain.exception() is not None:
         raise RuntimeError(f"migrate-from: the state query of {source} failed: {drain.exception()}")
-    n = migrate.write(spark, source, dest, s.detectors, s.state_buckets)
-    log.info(
-        "migrated the state of %s (%d buckets) into %d of %d buckets on %s",
+    migrate.write_offsets(spark, source, dest)
+    if migrate.same_windows(old, s.detectors.window_s):
+        n = migrate.write_state(spark, source, dest, s.detectors, s.state_buckets)
+        log.info(
+            "migrated the state of %s (%d buckets) into %d of %d buckets on %s",
+            source,
+            old.state_buckets,
+            n,
+            s.state_buckets,
+            dest,
+        )
+        return
+    resolved = migrate.resolved_findings(spark, source, old, s.detectors).cache()
+    (
+        resolved.write.mode("append")
+        .format("kafka")
+        .options(**writer_options(s))
+        .option("topic", s.findings_topic)
+        .save()
+    )
+    log.warning(
+        "%s has %s s windows, the config %s s: open windows and history cannot change length, "
+        "so %s starts without them; its %d firing findings were published resolved",
         source,
-        old.state_buckets,
-        n,
-        s.state_buckets,
+        old.window_s,
+        s.detectors.window_s,
         dest,
+        resolved.count(),
     )
 
 

@@ -9,6 +9,7 @@ by the host's heartbeat rows (side, app and broker null), which is where its inp
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import orjson
 from streaming.detectors.config import DetectorConfig
 from streaming.job.buckets import Bucket, compress, wall_clock
 from streaming.job.open_windows import SERIES, WINDOW_FIELDS
+from streaming.job.sinks import dumps
 from streaming.schema.aggregates import HOST_SERIES, series_key
 
 Fields = tuple[str | None, ...]  # a series, as ``SERIES``: (side, host, app, cluster, broker, peer)
@@ -92,6 +94,18 @@ def merge(parts: Iterable[bytes]) -> bytes:
 
 def _newest(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
+
+
+def resolved_findings(blob: bytes, cfg: DetectorConfig, now: str) -> list[tuple[str, str]]:
+    """The firing findings of a saved bucket as resolved records (key, JSON value) stamped
+    ``now``: for a job that starts over without this state, so that none is left firing."""
+    b = Bucket.load(blob, cfg, wall_clock)
+    out = []
+    for key, f in b.tracker.findings.items():
+        done = dataclasses.replace(f, status="resolved", summary="Resolved: " + f.summary)
+        done.updated_at = now
+        out.append((key, dumps(done.to_dict())))
+    return out
 
 
 def series_in(blob: bytes, cfg: DetectorConfig) -> Sequence[Fields]:

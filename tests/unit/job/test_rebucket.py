@@ -3,12 +3,13 @@ whose state moves to another bucket count half way publishes what one process wo
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from test_buckets import CFG, _batches, _one_process, _record
 
 from streaming.job.buckets import Bucket, window_end_clock
-from streaming.job.rebucket import merge, series_in, split
+from streaming.job.rebucket import merge, resolved_findings, series_in, split
 
 
 def _run(batches, saved, bucket_of):
@@ -65,3 +66,16 @@ def test_a_bucket_splits_into_its_series_and_merges_back_whole():
     assert back.tracker.to_state() == whole.tracker.to_state()
     assert back.applied is None and back.timer_ms is None
     assert sorted(series_in(blob, CFG)) == sorted(f for f, _ in parts)
+
+
+def test_a_buckets_firing_findings_come_out_resolved_at_the_given_time():
+    saved: dict[int, bytes | None] = {}
+    _run(_batches(2)[:30], saved, lambda h: 0)
+    firing = Bucket.load(saved[0], CFG, window_end_clock).tracker.findings
+    assert firing
+    out = dict(resolved_findings(saved[0], CFG, "2026-11-27T00:00:00Z"))
+    assert set(out) == set(firing)
+    for key, text in out.items():
+        f = json.loads(text)
+        assert (f["key"], f["status"], f["updated_at"]) == (key, "resolved", "2026-11-27T00:00:00Z")
+        assert f["summary"] == "Resolved: " + firing[key].summary
