@@ -11,6 +11,9 @@ which is what the state query's processor does per key, with the executors' coll
 settings (``worker.prepare``). The baseline, in the same run, is one
 bucket holding every series in memory and never saved (the per-series work alone). Prints a JSON
 summary: seconds of one core per batch, per 1000 series, and the saved state's size.
+``--migrate-to N`` also times the Python work of moving the saved buckets to N buckets
+(``rebucket``: split by series, merge; Spark's state reader and shuffle not included), against
+one batch of the buckets in the same run.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=10.0, help="summary interval, s")
     ap.add_argument("--trigger", type=float, default=5.0, help="batch every, s of event time")
     ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--migrate-to", type=int, help="also time moving the state to N buckets")
     args = ap.parse_args()
     # The collector as the executors' Python workers set it (``worker.prepare``; an older
     # commit run from its worktree may keep Python's default threshold).
@@ -118,6 +122,25 @@ def main() -> int:
             raw_bytes += sum(len(unpack(v)) for v in saved.values())
     n = args.batches - warm
     per_batch = bucket_s / n
+    moved: dict[str, float] = {}
+    if args.migrate_to:
+        from streaming.job import rebucket
+
+        t0 = time.process_time()
+        parts: dict[int, list[bytes]] = {}
+        for blob in saved.values():
+            for fields, part in rebucket.split(blob, cfg):
+                parts.setdefault(hash(fields) % args.migrate_to, []).append(part)
+        t1 = time.process_time()
+        for p in parts.values():
+            rebucket.merge(p)
+        t2 = time.process_time()
+        moved = {
+            "migrate_to_buckets": args.migrate_to,
+            "migrate_split_cpu_s": round(t1 - t0, 3),
+            "migrate_merge_cpu_s": round(t2 - t1, 3),
+            "ratio_migrate_to_batch": round((t2 - t0) / per_batch, 2),
+        }
     print(
         json.dumps(
             {
@@ -133,6 +156,7 @@ def main() -> int:
                 "state_mb_compressed": round(state_bytes / n / 1e6, 2),
                 "state_mb_json": round(raw_bytes / n / 1e6, 2),
             }
+            | moved
         )
     )
     return 0
