@@ -1,6 +1,6 @@
 # connmon: the two commands a person needs are `make demo` and `make test`.
-# Both set up everything on a fresh machine (venv + pip, Maven jars, Debian's prometheus),
-# idempotently: a second run downloads nothing.
+# Both set up everything on a fresh machine (venv + pip, Maven jars, Debian's prometheus and
+# alertmanager), idempotently: a second run downloads nothing.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -35,7 +35,7 @@ clients: $(STAMP)
 	$(BIN)/python -m streaming.scenarios.nodeclients
 
 prometheus: $(STAMP)
-	@echo ">> prometheus + promtool (Debian package, installed once)"
+	@echo ">> prometheus, promtool, alertmanager, amtool (Debian packages, installed once)"
 	$(BIN)/python -c "from streaming.prometheus_bin import ensure_installed; ensure_installed()"
 
 bpftrace:

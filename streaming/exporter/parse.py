@@ -179,6 +179,7 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
         "connmon_broker_dropped_connections_per_second": (
             _nonneg(obj, "closes_broker_drop") / window_s
         ),
+        "connmon_connect_failures_per_second": _nonneg(obj, "connects_failed") / window_s,
         "connmon_idle_closes_per_second": _nonneg(obj, "closes_after_idle") / window_s,
         "connmon_short_lived_connections_per_second": _nonneg(obj, "short_lived") / window_s,
         "connmon_connection_lifetime_max_seconds": _nonneg(obj, "lifetime_max_s"),

@@ -64,6 +64,11 @@ AGGREGATE_METRICS: tuple[Metric, ...] = (
         "failure, not an idle expiry), averaged over the window.",
     ),
     _series(
+        "connmon_connect_failures_per_second",
+        "Connects to the broker that failed (refused, reset or timed out), averaged over the "
+        "window; seen only with the agent's eBPF collector (a failed connect leaves no socket).",
+    ),
+    _series(
         "connmon_connection_closes_per_second",
         "Connections closed, averaged over the window, by who closed first.",
         ("closed_by",),

@@ -11,6 +11,15 @@ from typing import Any
 from streaming.mixin.config import MixinConfig
 
 FINDING_LABELS = "kind, severity, side, host, app, cluster, broker_id, peer_host"
+FINDING_GROUP, BROKER_GROUP, PIPELINE_GROUP = (
+    "connmon.findings",
+    "connmon.brokers",
+    "connmon.pipeline",
+)
+BROKER_ALERT = "ConnMonBrokerUnavailable"
+# Client hosts that must see a broker drop connections or refuse connects before it counts as
+# unavailable: one host alone is more likely its own network.
+BROKER_WITNESSES = 2
 _WHO = "{{ $labels.app }} on {{ $labels.host }} ({{ $labels.side }} side)"
 _BROKER = "broker {{ $labels.broker_id }}"
 
@@ -88,6 +97,8 @@ def _alert(
     summary: str,
     description: str,
     severity: str | None,
+    dashboard: str = "pipeline",
+    variables: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     rule: dict[str, Any] = {"alert": name, "expr": expr, "for": for_}
     if severity is not None:
@@ -96,8 +107,45 @@ def _alert(
         "summary": summary,
         "description": description,
         "runbook_url": cfg.runbook_url(name),
+        "dashboard_url": cfg.dashboard_url(dashboard, variables or {}),
     }
     return rule
+
+
+def _labels(*names: str) -> dict[str, str]:
+    """Dashboard variables set from the alert's labels (``broker`` from ``broker_id``)."""
+    return {
+        ("broker" if n == "broker_id" else n): f"{{{{ $labels.{n} | urlquery }}}}" for n in names
+    }
+
+
+def broker_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """A broker that clients on several hosts see drop their connections or refuse their
+    connects: down or restarting. It inhibits the churn and storms it causes on its clients
+    (deploy/alertmanager)."""
+    ex = cfg.exporter_selector
+    seen = (
+        f'connmon_broker_dropped_connections_per_second{{side="client", {ex}}} > 0 or '
+        f'connmon_connect_failures_per_second{{side="client", {ex}}} > 0 or '
+        f'connmon_syn_sent_sockets{{side="client", {ex}}} > 0'
+    )
+    return [
+        _alert(
+            cfg,
+            BROKER_ALERT,
+            f"count by (cluster, broker_id) (max by (cluster, broker_id, host) ({seen})) "
+            f">= {BROKER_WITNESSES}",
+            "1m",
+            "A Kafka broker is dropping or refusing its clients' connections.",
+            "Clients on {{ $value }} hosts see broker {{ $labels.broker_id }} of cluster "
+            "{{ $labels.cluster }} close busy connections, refuse connects or leave them "
+            "unanswered: it is down, restarting or unreachable. Idle-churn and storm alerts of "
+            "its clients are held back while this fires.",
+            "warning",
+            "broker",
+            _labels("cluster", "broker_id"),
+        )
+    ]
 
 
 def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
@@ -231,12 +279,15 @@ def alert_rules(cfg: MixinConfig) -> dict[str, Any]:
             a.summary,
             a.description,
             None,  # the finding's own severity label (warning/critical) is kept
+            "client",
+            _labels("cluster", "host", "app", "broker_id"),
         )
         for a in finding_alerts(cfg)
     ]
     return {
         "groups": [
-            {"name": "connmon.findings", "rules": findings},
-            {"name": "connmon.pipeline", "rules": pipeline_alerts(cfg)},
+            {"name": FINDING_GROUP, "rules": findings},
+            {"name": BROKER_GROUP, "rules": broker_alerts(cfg)},
+            {"name": PIPELINE_GROUP, "rules": pipeline_alerts(cfg)},
         ]
     }

@@ -1,5 +1,5 @@
 """Checks on the generated mixin: metric names against the catalog, dashboard lint rules,
-promtool, and (when installed) pint and Grafana's dashboard-linter."""
+promtool, amtool, and (when installed) pint and Grafana's dashboard-linter."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ from typing import Any
 import yaml
 
 from streaming.metricnames import PROMETHEUS_BUILTINS, series_names
-from streaming.mixin.build import ROOT
+from streaming.mixin.alertmanager import RouteCase
+from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.mixin.promql import metric_names
-from streaming.prometheus_bin import promtool
+from streaming.prometheus_bin import amtool, promtool
 
 GO_BIN = ROOT / "deploy" / "local" / ".cache" / "go-bin"
 INSTALL_TOOLS = ROOT / "deploy" / "prometheus" / "install-tools.sh"
 PROM_DIR = ROOT / "deploy" / "prometheus"
 RULE_FILES = (PROM_DIR / "alerts.yaml", PROM_DIR / "rules.yaml")
+ALERTMANAGER_CONFIG = ROOT / ALERTMANAGER_FILE
 _RATE_FUNCS = re.compile(r"\b(rate|irate|increase)\s*\(")
 _RANGE_AFTER = re.compile(r"\[([^\]]+)\]")
 
@@ -142,6 +144,25 @@ def promtool_check_rules(files: tuple[Path, ...] = RULE_FILES) -> tuple[int, str
 def promtool_test_rules() -> tuple[int, str]:
     tests = sorted(str(p) for p in (PROM_DIR / "tests").glob("*.yaml"))
     return _run([promtool(), "test", "rules", *tests])
+
+
+def amtool_check_config(path: Path = ALERTMANAGER_CONFIG) -> tuple[int, str]:
+    return _run([amtool(), "check-config", str(path)])
+
+
+def amtool_route_tests(cases: list[RouteCase], path: Path = ALERTMANAGER_CONFIG) -> tuple[int, str]:
+    """Each case through ``amtool config routes test``: its labels must reach its receiver."""
+    failed = []
+    for case in cases:
+        labels = [f"{k}={v}" for k, v in case.labels.items()]
+        rc, out = _run(
+            [amtool(), "config", "routes", "test", f"--config.file={path}",
+             f"--verify.receivers={case.receiver}", *labels]
+        )  # fmt: skip
+        if rc != 0:
+            got = out.splitlines()[0] if out else "nothing"
+            failed.append(f"{' '.join(labels)}: expected {case.receiver}, got {got}")
+    return (1 if failed else 0), "\n".join(failed)
 
 
 def go_tool(name: str) -> str | None:

@@ -1,18 +1,33 @@
 """``connmon mixin build|check``: write the generated rules, dashboards and deploy objects, or
-verify them (up to date, catalog names, lint, promtool; pint and dashboard-linter if present)."""
+verify them (up to date, catalog names, lint, promtool, amtool; pint and dashboard-linter if
+present)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from streaming.mixin import build, check
+from streaming.mixin import alertmanager, build, check
+from streaming.mixin.config import DEFAULT, with_settings
+from streaming.options import parse_pairs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("mixin", help="build or check alerts, rules and dashboards")
     sub = p.add_subparsers(dest="mixin_command", metavar="ACTION", required=True)
-    b = sub.add_parser("build", help="write dashboards/out, deploy/prometheus, deploy/kubernetes")
+    b = sub.add_parser(
+        "build",
+        help="write dashboards/out, deploy/prometheus, deploy/alertmanager, deploy/kubernetes",
+    )
+    b.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a mixin setting, e.g. runbook_url_base=https://..., grafana_url=https://..., "
+        "alert_webhooks.critical=https://... (repeatable; streaming/mixin/config.py lists them)",
+    )
+    b.add_argument("--out", help="write into this folder instead of the checkout")
     b.set_defaults(func=run_build)
     c = sub.add_parser("check", help="verify the generated files and lint them")
     c.add_argument(
@@ -24,8 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    for path in build.write():
-        print(path.relative_to(build.ROOT))
+    cfg = with_settings(DEFAULT, parse_pairs("set", args.set))
+    root = Path(args.out) if args.out else build.ROOT
+    for path in build.write(root, cfg):
+        print(path.relative_to(root))
     return 0
 
 
@@ -51,6 +68,11 @@ def run_check(args: argparse.Namespace) -> int:
     ok &= _report("dashboard lint", len(problems), "\n".join(problems))
     ok &= _report("promtool check rules", *check.promtool_check_rules())
     ok &= _report("promtool test rules", *check.promtool_test_rules())
+    ok &= _report("amtool check-config", *check.amtool_check_config())
+    cases = alertmanager.route_cases(DEFAULT)
+    ok &= _report(
+        f"amtool config routes test ({len(cases)} cases)", *check.amtool_route_tests(cases)
+    )
     rc, out = check.install_go_tools()
     if rc != 0:
         print(f"{'FAIL' if args.require_linters else 'skip'} pint, dashboard-linter: {out}")

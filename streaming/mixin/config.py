@@ -7,12 +7,15 @@ threshold lines quote them.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from streaming import __version__
 from streaming.detectors.config import DEFAULT as DETECTORS
 from streaming.detectors.config import DetectorConfig
+from streaming.errors import ConfigError
+from streaming.options import parse_bool
 
 
 @dataclass(frozen=True)
@@ -49,12 +52,29 @@ class MixinConfig:
     dashboard_uid_prefix: str = "connmon-"
     dashboard_tags: tuple[str, ...] = ("connmon", "kafka")
 
-    # Where the runbook (docs/runbook.md, one section per alert) is found. Every alert's
-    # runbook_url annotation is this plus "#<alert name lower-cased>". The default is the
-    # runbook's path in this repository; set it to the URL where you publish docs/runbook.md
-    # (e.g. "https://git.example.com/ops/connmon/blob/main/docs/runbook.md") to get links
-    # that open from Alertmanager and Grafana.
-    runbook_url_base: str = "docs/runbook.md"
+    # Where the runbook (docs/runbook.md, one section per alert) is published. Every alert's
+    # runbook_url annotation is this plus "#<alert name lower-cased>"; set it to the URL where
+    # you publish docs/runbook.md (e.g. "https://git.example.com/ops/connmon/blob/main/docs/
+    # runbook.md"). It must be absolute: a notification opens it outside any checkout.
+    runbook_url_base: str = "https://connmon.example.com/docs/runbook.md"
+    # Grafana's URL: every alert's dashboard_url annotation opens the dashboard of its
+    # labels (absolute, like the runbook's).
+    grafana_url: str = "https://grafana.example.com"
+
+    # Alertmanager (deploy/alertmanager/): how notifications are grouped and repeated, and the
+    # webhook each severity goes to. Replace the receivers with your own (any Alertmanager
+    # receiver type) when you merge connmon's routes into your configuration.
+    alert_group_by: tuple[str, ...] = ("alertname", "cluster", "app")
+    alert_group_wait: str = "30s"
+    alert_group_interval: str = "5m"
+    alert_repeat_interval: str = "4h"
+    alert_critical_repeat_interval: str = "1h"
+    alert_webhooks: dict[str, str] = field(
+        default_factory=lambda: {
+            "critical": "https://alerts.example.com/connmon/critical",
+            "warning": "https://alerts.example.com/connmon/warning",
+        }
+    )
 
     # Kubernetes objects (deploy/kubernetes/, explained in deploy/kubernetes/README.md).
     kubernetes_namespace: str = "connmon"
@@ -141,12 +161,60 @@ class MixinConfig:
         """The alert's section of the runbook (GitHub-style anchor: the name lower-cased)."""
         return f"{self.runbook_url_base}#{alert.lower()}"
 
+    def dashboard_url(self, dashboard: str, variables: dict[str, str]) -> str:
+        """A dashboard of the mixin with its template variables set (Go templates allowed)."""
+        query = "&".join(f"var-{k}={v}" for k, v in variables.items())
+        uid = self.dashboard_uid_prefix + dashboard
+        return f"{self.grafana_url.rstrip('/')}/d/{uid}" + (f"?{query}" if query else "")
+
+    def validate(self) -> MixinConfig:
+        """Raise ``ConfigError`` naming the first setting the generated objects cannot use."""
+        urls = {"runbook_url_base": self.runbook_url_base, "grafana_url": self.grafana_url}
+        urls |= {f"alert_webhooks.{k}": v for k, v in self.alert_webhooks.items()}
+        for name, value in urls.items():
+            if not re.match(r"^https?://[^/\s]+", value):
+                raise ConfigError(
+                    f"{name}: {value!r} is not an absolute http(s) URL; links in notifications "
+                    "open outside any checkout"
+                )
+        missing = sorted({"critical", "warning"} - set(self.alert_webhooks))
+        if missing:
+            raise ConfigError(f"alert_webhooks: no receiver for severity {', '.join(missing)}")
+        return self
+
     def replace(self, **changes: Any) -> MixinConfig:
         names = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
             raise ValueError(f"unknown mixin setting(s): {', '.join(unknown)}")
         return dataclasses.replace(self, **changes)
+
+
+def with_settings(base: MixinConfig, pairs: dict[str, str]) -> MixinConfig:
+    """``base`` with ``NAME=VALUE`` settings from a command line (a tuple as a comma-separated
+    list; ``alert_webhooks.<severity>=URL`` for one receiver), validated."""
+    fields = {f.name for f in dataclasses.fields(MixinConfig)}
+    changes: dict[str, Any] = {}
+    webhooks = dict(base.alert_webhooks)
+    for key, value in pairs.items():
+        if key.startswith("alert_webhooks."):
+            webhooks[key.split(".", 1)[1]] = value
+            continue
+        current = getattr(base, key, None) if key in fields else None
+        try:
+            if isinstance(current, bool):
+                changes[key] = parse_bool(value)
+            elif isinstance(current, int | float):
+                changes[key] = type(current)(value)
+            elif isinstance(current, str):
+                changes[key] = value
+            elif isinstance(current, tuple):
+                changes[key] = tuple(v.strip() for v in value.split(",") if v.strip())
+            else:
+                raise ConfigError(f"set.{key}: not a mixin setting the command line can set")
+        except ValueError:
+            raise ConfigError(f"set.{key}: {value!r} is not a {type(current).__name__}") from None
+    return dataclasses.replace(base, alert_webhooks=webhooks, **changes).validate()
 
 
 DEFAULT = MixinConfig()

@@ -1,5 +1,6 @@
-"""The generated rules and dashboards checked by the real tools: promtool, a real Prometheus
-parsing every expression, and (when they can be installed) pint and Grafana's dashboard-linter.
+"""The generated rules, dashboards and Alertmanager configuration checked by the real tools:
+promtool, amtool, a real Prometheus parsing every expression, and (when they can be installed)
+pint and Grafana's dashboard-linter.
 """
 
 from __future__ import annotations
@@ -47,6 +48,23 @@ def test_promtool_unit_tests_can_fail(tmp_path) -> None:
     rc, out = check._run([promtool(), "test", "rules", str(tmp_path / "tests/findings_test.yaml")])
     assert rc != 0
     assert "more than 31s" in out
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    rc, out = check.amtool_check_config()
+    assert rc == 0, out
+    assert "SUCCESS" in out and "3 inhibit rules" in out
+
+
+def test_every_route_case_reaches_its_receiver_and_a_wrong_one_fails() -> None:
+    from streaming.mixin.alertmanager import RouteCase, route_cases
+    from streaming.mixin.config import DEFAULT
+
+    cases = route_cases(DEFAULT)
+    assert check.amtool_route_tests(cases) == (0, "")
+    wrong = RouteCase(cases[0].labels, "connmon-warning")  # a critical finding
+    rc, out = check.amtool_route_tests([wrong])
+    assert rc == 1 and "expected connmon-warning, got connmon-critical" in out
 
 
 def test_every_expression_parses_in_a_real_prometheus(prometheus_factory) -> None:

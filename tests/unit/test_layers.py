@@ -23,7 +23,7 @@ RUNTIME = {
     "detectors": {"schema"},
     "job": {"detectors", "schema", "errors", "options", "topics", "stopping"},
     "exporter": {"schema", "metricnames", "errors", "options", "webserver", "topics", "stopping"},
-    "mixin": {"detectors", "metricnames", "prometheus_bin"},
+    "mixin": {"detectors", "metricnames", "prometheus_bin", "errors", "options"},
 }
 
 

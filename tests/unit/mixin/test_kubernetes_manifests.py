@@ -27,7 +27,7 @@ ROOT = build.ROOT
 KDIR = ROOT / "deploy" / "kubernetes"
 # Oldest Kubernetes release the manifests target, and the newest kubernetes-validate bundles.
 KUBERNETES_VERSIONS = ("1.30", "1.37")
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor"}
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "AlertmanagerConfig"}
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
@@ -233,7 +233,91 @@ SERVICE_MONITOR_SCHEMA = {
         },
     },
 }
-CRD_SCHEMAS = {"PrometheusRule": PROMETHEUS_RULE_SCHEMA, "ServiceMonitor": SERVICE_MONITOR_SCHEMA}
+# monitoring.coreos.com/v1alpha1 AlertmanagerConfig (operator v0.93.1): the route's fields
+# (child routes are the same type), a matcher's, an inhibit rule's, a webhook receiver's.
+_MATCHER = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "value": {"type": "string"},
+        "matchType": {"enum": ["!=", "=", "=~", "!~"]},
+        "regex": {"type": "boolean"},
+    },
+}
+_AM_ROUTE = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "receiver": {"type": "string"},
+        "groupBy": {"type": "array", "items": {"type": "string"}},
+        "groupWait": {"type": "string", "pattern": _DURATION},
+        "groupInterval": {"type": "string", "pattern": _DURATION},
+        "repeatInterval": {"type": "string", "pattern": _DURATION},
+        "matchers": {"type": "array", "items": _MATCHER},
+        "continue": {"type": "boolean"},
+        "routes": {"type": "array", "items": {"$ref": "#/$defs/route"}},
+        "muteTimeIntervals": {"type": "array"},
+        "activeTimeIntervals": {"type": "array"},
+    },
+}
+_WEBHOOK_FIELDS = ["sendResolved", "url", "urlSecret", "httpConfig", "maxAlerts", "timeout"]
+ALERTMANAGER_CONFIG_SCHEMA = {
+    "$defs": {"route": _AM_ROUTE},
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1alpha1"},
+        "kind": {"const": "AlertmanagerConfig"},
+        "metadata": _OBJECT_META,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "route": {"$ref": "#/$defs/route"},
+                "receivers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "webhookConfigs": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "propertyNames": {"enum": _WEBHOOK_FIELDS},
+                                    "properties": {
+                                        "url": {"type": "string", "pattern": "^https?://.+$"}
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+                "inhibitRules": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "equal": {"type": "array", "items": {"type": "string"}},
+                            "sourceMatch": {"type": "array", "items": _MATCHER},
+                            "targetMatch": {"type": "array", "items": _MATCHER},
+                        },
+                    },
+                },
+                "muteTimeIntervals": {"type": "array"},
+            },
+        },
+    },
+}
+CRD_SCHEMAS = {
+    "PrometheusRule": PROMETHEUS_RULE_SCHEMA,
+    "ServiceMonitor": SERVICE_MONITOR_SCHEMA,
+    "AlertmanagerConfig": ALERTMANAGER_CONFIG_SCHEMA,
+}
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ EXPECTED_ALERTS = {
     "ConnMonIdleZombie", "ConnMonConnectionStorm", "ConnMonTimeWaitPileup", "ConnMonAgentDown",
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
     "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInputLost",
-    "ConnMonJobInternalErrors",
+    "ConnMonJobInternalErrors", "ConnMonBrokerUnavailable",
 }  # fmt: skip
 
 
@@ -79,7 +79,7 @@ def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
                 (fires if case["exp_alerts"] else quiet).add(case["alertname"])
                 for alert in case["exp_alerts"]:
                     assert set(alert["exp_annotations"]) == {
-                        "summary", "description", "runbook_url",
+                        "summary", "description", "runbook_url", "dashboard_url",
                     }  # fmt: skip
     assert fires == EXPECTED_ALERTS
     assert quiet == EXPECTED_ALERTS
