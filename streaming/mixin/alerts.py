@@ -17,9 +17,6 @@ FINDING_GROUP, BROKER_GROUP, PIPELINE_GROUP = (
     "connmon.pipeline",
 )
 BROKER_ALERT = "ConnMonBrokerUnavailable"
-# Client hosts that must see a broker drop connections or refuse connects before it counts as
-# unavailable: one host alone is more likely its own network.
-BROKER_WITNESSES = 2
 _WHO = "{{ $labels.app }} on {{ $labels.host }} ({{ $labels.side }} side)"
 _BROKER = "broker {{ $labels.broker_id }}"
 
@@ -134,8 +131,8 @@ def broker_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             cfg,
             BROKER_ALERT,
             f"count by (cluster, broker_id) (max by (cluster, broker_id, host) ({seen})) "
-            f">= {BROKER_WITNESSES}",
-            "1m",
+            f">= {cfg.broker_unavailable_hosts}",
+            cfg.broker_unavailable_for,
             "A Kafka broker is dropping or refusing its clients' connections.",
             "Clients on {{ $value }} hosts see broker {{ $labels.broker_id }} of cluster "
             "{{ $labels.cluster }} close busy connections, refuse connects or leave them "

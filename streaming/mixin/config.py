@@ -37,6 +37,7 @@ class MixinConfig:
     dead_letter_for: str = "10m"
     clock_skew_for: str = "5m"
     cardinality_for: str = "5m"
+    broker_unavailable_for: str = "1m"  # shorter than finding_for: it must inhibit first
 
     # Pipeline-health thresholds (seconds unless the name says otherwise).
     agent_heartbeat_stale_s: float = 300.0
@@ -44,6 +45,9 @@ class MixinConfig:
     data_stale_s: float = 600.0
     dead_letter_per_s: float = 0.1
     cardinality_ratio: float = 0.9
+    # Client hosts that must see a broker drop or refuse connections before it is unavailable:
+    # one host alone is more likely its own network.
+    broker_unavailable_hosts: int = 2
     rate_window: str = "5m"
 
     # Dashboards.

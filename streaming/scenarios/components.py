@@ -20,9 +20,11 @@ from typing import Any
 
 from streaming.detectors.config import DetectorConfig
 from streaming.scenarios.launcher import Proc, stop_all
+from streaming.stack.alertmanager import AlertmanagerServer, local_config
 from streaming.stack.kafka import KafkaCluster, create_topics
 from streaming.stack.ports import free_port
 from streaming.stack.prometheus import PrometheusServer
+from streaming.stack.webhook import WebhookReceiver
 from streaming.topics.spec import PARTIALS_MAX_BYTES
 
 EVENTS, AGGREGATES, FINDINGS = "connmon.events", "connmon.aggregates", "connmon.findings"
@@ -164,7 +166,8 @@ def _wait_http(url: str, proc: Proc, timeout_s: float) -> None:
 
 
 class Components:
-    """Agent, job, exporter and Prometheus for one session."""
+    """Agent, job, exporter, Prometheus and Alertmanager (with a webhook receiver keeping what
+    it delivers) for one session."""
 
     def __init__(
         self, run_dir: Path, detector: DetectorConfig, say: Callable[[str], None] = print
@@ -174,6 +177,8 @@ class Components:
         self.say = say
         self.procs: list[Proc] = []
         self.prometheus: PrometheusServer | None = None
+        self.alertmanager: AlertmanagerServer | None = None
+        self.webhook: WebhookReceiver | None = None  # what a person on call would receive
         self.agent_metrics = f"127.0.0.1:{free_port()}"
         self.exporter_metrics = f"127.0.0.1:{free_port()}"
         self.home = ""
@@ -191,12 +196,16 @@ class Components:
         agent_cfg.write_text(json.dumps(agent_config(clusters, self.home, self.agent_metrics)))
         job_cfg = self.dir / "job.json"
         job_cfg.write_text(json.dumps(job_config(self.home, self.detector, self.dir / "ckpt")))
-        self.say("starting connmon: agent, job, exporter, Prometheus")
+        self.say("starting connmon: agent, job, exporter, Prometheus, Alertmanager")
         agent = self._spawn("agent", cli("agent", "--config", str(agent_cfg)))
         job = self._spawn("job", cli("job", "--config", str(job_cfg)))
         exporter = self._spawn("exporter", exporter_argv(self.home, self.exporter_metrics))
         _wait_http(f"http://{self.agent_metrics}/metrics", agent, 60)
         _wait_http(f"http://{self.exporter_metrics}/metrics", exporter, 60)
+        self.webhook = WebhookReceiver(log=self.dir / "notifications.jsonl").start()
+        self.alertmanager = AlertmanagerServer(
+            local_config(self.webhook.url()), base_dir=str(self.dir / "alertmanager"), keep_dir=True
+        ).start()
         self.prometheus = PrometheusServer(
             scrape_targets=[self.agent_metrics, self.exporter_metrics],
             rule_files=rule_files(self.detector, self.dir / "rules"),
@@ -204,6 +213,7 @@ class Components:
             evaluation_interval_s=SCRAPE_S,
             base_dir=str(self.dir / "prometheus"),
             keep_dir=True,
+            alertmanagers=[self.alertmanager.address],
         ).start()
         if not job.alive():
             raise ComponentError(f"job exited during start:\n{job.tail()}")
@@ -221,6 +231,8 @@ class Components:
         if self.prometheus is not None:
             out["Prometheus"] = self.prometheus.url
             out["Prometheus alerts"] = f"{self.prometheus.url}/alerts"
+        if self.alertmanager is not None:
+            out["Alertmanager"] = self.alertmanager.url
         from streaming.stack import artifacts
 
         boards = artifacts.repo_root() / "dashboards" / "out"
@@ -235,3 +247,7 @@ class Components:
         stop_all(self.procs, timeout_s=30)
         if self.prometheus is not None:
             self.prometheus.stop()
+        if self.alertmanager is not None:
+            self.alertmanager.stop()
+        if self.webhook is not None:
+            self.webhook.stop()

@@ -8,6 +8,7 @@ import time
 from typing import Any, TextIO
 
 from streaming.scenarios.findings import FindingsReader
+from streaming.stack.webhook import describe
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -59,9 +60,20 @@ class LiveView:
 
     def render(self, duration: float) -> str:
         active = self.reader.active() if self.reader else []
-        return f"{self.header(duration)}\n\nactive findings ({len(active)}):\n" + findings_table(
-            active
+        return (
+            f"{self.header(duration)}\n\nactive findings ({len(active)}):\n"
+            + findings_table(active)
+            + "\n\n"
+            + self.notifications()
         )
+
+    def notifications(self, last: int = 8) -> str:
+        """What Alertmanager delivered so far: what a person on call would have received."""
+        hook = self.session.components.webhook if self.session.components else None
+        sent = hook.notifications() if hook is not None else []
+        lines = [f"notifications delivered ({len(sent)}):"]
+        lines += [f"  {describe(n)}" for n in sent[-last:]] or ["  (none yet)"]
+        return "\n".join(lines)
 
     def _draw(self, duration: float) -> None:
         if self.tty:

@@ -151,9 +151,26 @@ def render_html(
     charts: Sequence[str],
     findings: Sequence[Mapping[str, Any]],
     observed: str,
+    notifications: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The report page (pure)."""
+    """The report page (pure). ``notifications``: what Alertmanager delivered (its webhook
+    JSON), what a person on call would have received."""
     esc = html.escape
+    sent = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{esc(str(v))}</td>"
+            for v in (
+                n.get("status"),
+                n.get("receiver"),
+                ", ".join(f"{k}={v}" for k, v in sorted((n.get("groupLabels") or {}).items())),
+                len(n.get("alerts") or []),
+                ((n.get("alerts") or [{}])[0].get("annotations") or {}).get("description", ""),
+            )
+        )
+        + "</tr>"
+        for n in notifications
+    )
     rows = "".join(
         "<tr>"
         + "".join(
@@ -182,6 +199,9 @@ pre {{ background: #f6f6f6; padding: 8px; font-size: 12px; overflow-x: auto; }}
 <h2>Findings that fired ({len(findings)})</h2>
 <table><tr><th>first seen</th><th>kind</th><th>severity</th><th>app</th><th>side</th>
 <th>broker</th><th>summary</th></tr>{rows}</table>
+<h2>Notifications delivered by Alertmanager ({len(notifications)})</h2>
+<table><tr><th>status</th><th>receiver</th><th>group</th><th>alerts</th>
+<th>description (first alert)</th></tr>{sent}</table>
 <h2>What the clients did (independent observer, ss every second)</h2>
 <pre>{esc(observed)}</pre>
 </body></html>
@@ -239,8 +259,14 @@ def write_report(session: Any, path: Path, step_s: float = 5.0) -> Path:
     }
     for kind, (dt, app) in time_to_first(firsts, session.started_at or end).items():
         meta[f"first {kind}"] = f"{dt:.0f}s after the clients started ({app})"
+    hook = session.components.webhook if session.components else None
     page = render_html(
-        "connmon run report", meta, charts, first_findings(history), session.observer_report()
+        "connmon run report",
+        meta,
+        charts,
+        first_findings(history),
+        session.observer_report(),
+        hook.notifications() if hook is not None else (),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)

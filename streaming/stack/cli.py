@@ -1,8 +1,8 @@
 """``connmon stack up|down|status``: the local stack for a person, with the code the tests use.
 
-``up`` starts a KRaft cluster and Prometheus as detached processes and records them in a state
-file (default ``var/stack/state.json`` in the checkout); ``down`` stops them and deletes their
-data; ``status`` reports what runs.
+``up`` starts a KRaft cluster, Prometheus, Alertmanager and a webhook receiver as detached
+processes and records them in a state file (default ``var/stack/state.json`` in the checkout);
+``down`` stops them and deletes their data; ``status`` reports what runs.
 """
 
 from __future__ import annotations
@@ -11,17 +11,23 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from streaming.errors import ConfigError
 from streaming.options import parse_pairs
 from streaming.stack import artifacts
-from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive
+from streaming.stack.alertmanager import AlertmanagerServer, local_config
+from streaming.stack.daemon import DaemonError, start_ready
+from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive, _terminate_all
+from streaming.stack.ports import free_port
 from streaming.stack.prometheus import PrometheusError, PrometheusServer
+from streaming.stack.webhook import read_log
 
 # Default scrape targets: the agent's and the exporter's default /metrics addresses.
 DEFAULT_SCRAPE = ("127.0.0.1:9852", "127.0.0.1:9853")
+NOTIFICATIONS = "notifications.jsonl"  # what the webhook receiver was sent
 
 
 def state_dir() -> Path:
@@ -48,10 +54,14 @@ def stack_up(
     overrides: dict[str, str] | None = None,
     kafka_port: int | None = None,
     prometheus_port: int | None = None,
+    alertmanager_port: int | None = None,
     scrape: list[str] | None = None,
     with_prometheus: bool = True,
+    with_alertmanager: bool = True,
 ) -> dict[str, Any]:
-    """Start the stack and write the state file; fails if one is already up."""
+    """Start the stack and write the state file; fails if one is already up. With Prometheus
+    comes an Alertmanager with connmon's configuration, whose receivers post to a local
+    webhook receiver that keeps every notification (``notifications.jsonl``)."""
     existing = load_state()
     if existing and stack_running(existing):
         raise ConfigError(
@@ -68,9 +78,32 @@ def stack_up(
     except KafkaStackError as exc:
         raise ConfigError(str(exc)) from exc
     state: dict[str, Any] = {"kafka": cluster.to_state(), "prometheus": None}
-    # Written before Prometheus starts, so 'down' finds the brokers whatever happens next.
+    # Written after each server starts, so 'down' finds what runs whatever happens next.
     _state_file().write_text(json.dumps(state, indent=2))
-    if with_prometheus:
+    if not with_prometheus:
+        return state
+    try:
+        alertmanagers = []
+        if with_alertmanager:
+            hook_port = free_port()
+            log = base / NOTIFICATIONS
+            argv = [sys.executable, "-m", "streaming.stack.webhook", "--port", str(hook_port)]
+            pid = start_ready(
+                "webhook receiver",
+                [*argv, "--log", str(log)],
+                base / "webhook.log",
+                f"http://127.0.0.1:{hook_port}/-/ready",
+            )
+            state["webhook"] = {"port": hook_port, "pid": pid, "log": str(log)}
+            _state_file().write_text(json.dumps(state, indent=2))
+            am = AlertmanagerServer(
+                local_config(f"http://127.0.0.1:{hook_port}"),
+                port=alertmanager_port,
+                base_dir=str(base / "alertmanager"),
+            ).start()
+            state["alertmanager"] = {"port": am.port, "pid": am.pid, "base_dir": am.base_dir}
+            _state_file().write_text(json.dumps(state, indent=2))
+            alertmanagers.append(am.address)
         prom = PrometheusServer(
             scrape_targets=list(scrape or DEFAULT_SCRAPE),
             rule_files=default_rule_files(),
@@ -78,23 +111,24 @@ def stack_up(
             evaluation_interval_s=5,
             port=prometheus_port,
             base_dir=str(base / "prometheus"),
-        )
-        try:
-            prom.start()
-        except BaseException as exc:
-            stack_down()
-            if isinstance(exc, PrometheusError):
-                raise ConfigError(str(exc)) from exc
-            raise
-        state["prometheus"] = {"port": prom.port, "pid": prom.pid, "base_dir": prom.base_dir}
+            alertmanagers=alertmanagers,
+        ).start()
+    except BaseException as exc:
+        stack_down()
+        if isinstance(exc, PrometheusError | DaemonError):
+            raise ConfigError(str(exc)) from exc
+        raise
+    state["prometheus"] = {"port": prom.port, "pid": prom.pid, "base_dir": prom.base_dir}
     _state_file().write_text(json.dumps(state, indent=2))
     return state
 
 
+_SERVERS = ("prometheus", "alertmanager", "webhook")
+
+
 def stack_running(state: dict[str, Any]) -> bool:
     pids = [n.get("pid") for n in state["kafka"]["nodes"]]
-    if state.get("prometheus"):
-        pids.append(state["prometheus"]["pid"])
+    pids += [state[name]["pid"] for name in _SERVERS if state.get(name)]
     return any(_alive(p) for p in pids)
 
 
@@ -103,9 +137,7 @@ def stack_down() -> bool:
     state = load_state()
     if state is None:
         return False
-    if state.get("prometheus"):
-        p = state["prometheus"]
-        PrometheusServer(port=p["port"], pid=p["pid"], base_dir=p["base_dir"]).stop()
+    _terminate_all([state[name]["pid"] for name in _SERVERS if state.get(name)], 15.0)
     KafkaCluster.from_state(state["kafka"]).stop()
     shutil.rmtree(state_dir(), ignore_errors=True)
     return True
@@ -121,13 +153,13 @@ def stack_status() -> dict[str, Any]:
         "bootstrap_servers": cluster.bootstrap_servers,
         "brokers": cluster.status(),
     }
-    if state.get("prometheus"):
-        p = state["prometheus"]
-        out["prometheus"] = {
-            "url": f"http://127.0.0.1:{p['port']}",
-            "pid": p["pid"],
-            "up": _alive(p["pid"]),
-        }
+    for name in _SERVERS:
+        if state.get(name):
+            p = state[name]
+            out[name] = {"url": f"http://127.0.0.1:{p['port']}", "pid": p["pid"]}
+            out[name]["up"] = _alive(p["pid"])
+    if state.get("webhook"):
+        out["notifications"] = len(read_log(Path(state["webhook"]["log"])))
     return out
 
 
@@ -140,11 +172,16 @@ def _cmd(args: argparse.Namespace) -> int:
             prometheus_port=args.prometheus_port,
             scrape=args.scrape or None,
             with_prometheus=not args.no_prometheus,
+            with_alertmanager=not args.no_alertmanager,
+            alertmanager_port=args.alertmanager_port,
         )
         cluster = KafkaCluster.from_state(state["kafka"])
         print(f"kafka: {cluster.bootstrap_servers} ({len(cluster.nodes)} brokers)")
-        if state["prometheus"]:
-            print(f"prometheus: http://127.0.0.1:{state['prometheus']['port']}")
+        for name in _SERVERS:
+            if state.get(name):
+                print(f"{name}: http://127.0.0.1:{state[name]['port']}")
+        if state.get("webhook"):
+            print(f"notifications: {state['webhook']['log']}")
         return 0
     if args.action == "down":
         print("stack stopped" if stack_down() else "no stack is up")
@@ -160,14 +197,19 @@ def _cmd(args: argparse.Namespace) -> int:
     for b in status["brokers"]:
         state = "up" if b["up"] else "DOWN"
         print(f"  broker {b['node_id']}  {b['endpoint']}  pid {b['pid']}  {state}")
-    if "prometheus" in status:
-        p = status["prometheus"]
-        print(f"prometheus: {p['url']}  pid {p['pid']}  {'up' if p['up'] else 'DOWN'}")
+    for name in _SERVERS:
+        if name in status:
+            p = status[name]
+            print(f"{name}: {p['url']}  pid {p['pid']}  {'up' if p['up'] else 'DOWN'}")
+    if "notifications" in status:
+        print(f"notifications received: {status['notifications']}")
     return 0 if status["up"] else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stack", help="start, stop or inspect the local Kafka + Prometheus stack")
+    p = sub.add_parser(
+        "stack", help="start, stop or inspect the local Kafka + Prometheus + Alertmanager stack"
+    )
     p.add_argument("action", choices=("up", "down", "status"))
     p.add_argument("--brokers", type=int, choices=(1, 3), default=3, help="Kafka nodes (default 3)")
     p.add_argument(
@@ -185,6 +227,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT",
         help=f"Prometheus scrape target, repeatable (default {', '.join(DEFAULT_SCRAPE)})",
     )
+    p.add_argument(
+        "--alertmanager-port", type=int, help="Alertmanager port (default: any free port)"
+    )
     p.add_argument("--no-prometheus", action="store_true", help="start Kafka only")
+    p.add_argument(
+        "--no-alertmanager",
+        action="store_true",
+        help="no Alertmanager and webhook receiver beside Prometheus",
+    )
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.set_defaults(func=_cmd)

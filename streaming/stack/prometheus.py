@@ -6,8 +6,6 @@ The binary comes from Debian's ``prometheus`` package (``streaming.prometheus_bi
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming.prometheus_bin import PrometheusError, prometheus_bin
-from streaming.stack.kafka import _alive, _terminate
+from streaming.stack.daemon import DaemonError, Server, start_ready
 from streaming.stack.ports import free_port, port_in_use
 
 
@@ -29,9 +27,11 @@ def render_config(
     scrape_interval_s: float,
     evaluation_interval_s: float,
     job: str = "connmon",
+    alertmanagers: Sequence[str] = (),
 ) -> str:
-    """prometheus.yml as JSON (a YAML subset), one static job with the given targets."""
-    config = {
+    """prometheus.yml as JSON (a YAML subset), one static job with the given targets, alerts
+    sent to ``alertmanagers`` (``host:port``) if any."""
+    config: dict[str, Any] = {
         "global": {
             "scrape_interval": f"{scrape_interval_s:g}s",
             "evaluation_interval": f"{evaluation_interval_s:g}s",
@@ -42,11 +42,15 @@ def render_config(
             {"job_name": job, "static_configs": [{"targets": list(scrape_targets)}]},
         ],
     }
+    if alertmanagers:
+        config["alerting"] = {
+            "alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]
+        }
     return json.dumps(config, indent=2) + "\n"
 
 
 @dataclass
-class PrometheusServer:
+class PrometheusServer(Server):
     """One Prometheus process; ``start()`` returns when it is ready."""
 
     scrape_targets: list[str] = field(default_factory=list)
@@ -57,6 +61,7 @@ class PrometheusServer:
     base_dir: str | None = None
     pid: int | None = None
     keep_dir: bool = False
+    alertmanagers: Sequence[str] = ()  # host:port of Alertmanagers to send alerts to
 
     @property
     def url(self) -> str:
@@ -82,52 +87,25 @@ class PrometheusServer:
                 self.rule_files,
                 self.scrape_interval_s,
                 self.evaluation_interval_s,
+                alertmanagers=self.alertmanagers,
             )
         )
-        log = open(d / "prometheus.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={d / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle",
-                "--storage.tsdb.retention.time=1d",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-        self.pid = proc.pid
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not _alive(self.pid):
-                tail = (d / "prometheus.log").read_text(errors="replace")[-1500:]
-                self.stop()
-                raise PrometheusError(f"prometheus exited during start:\n{tail}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise PrometheusError(f"prometheus did not become ready within {timeout_s:.0f}s")
-
-    def stop(self) -> None:
-        _terminate(self.pid, 15.0)
-        self.pid = None
-        if self.base_dir and not self.keep_dir:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> PrometheusServer:
-        return self.start() if self.pid is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        argv = [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={d / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1d",
+        ]
+        try:
+            self.pid = start_ready(
+                "prometheus", argv, d / "prometheus.log", f"{self.url}/-/ready", timeout_s
+            )
+        except DaemonError as exc:
+            self.stop()
+            raise PrometheusError(str(exc)) from None
+        return self
 
     # ---- HTTP API ------------------------------------------------------------------------
     def api(self, path: str, **params: Any) -> Any:

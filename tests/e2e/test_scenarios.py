@@ -227,3 +227,43 @@ def test_each_clients_library_and_version_are_identified(scenario_session) -> No
     for app, want in (("churn-java-producer", java), ("churn-rdk-producer", rdkafka)):
         f = _fired_in_time(session, s, Expect("idle_churn", app))[-1]
         assert (f["client_library"], f["client_version"]) == want, f
+
+
+def test_a_real_close_wait_leak_reaches_a_person_as_one_notification(scenario_session) -> None:
+    """The raw client's CLOSE_WAIT leak, through the agent, the job, the exporter, Prometheus
+    and the session's Alertmanager (connmon's generated configuration) to the webhook receiver:
+    one notification for the app and its cluster, with the finding's summary and links that
+    open, and nothing sent twice for a group that did not change."""
+    session = scenario_session
+    s = catalog.SCENARIOS["close-wait"]
+    hook = session.components.webhook
+    group = {
+        "alertname": "ConnMonCloseWaitBuildup",
+        "cluster": s.cluster,
+        "app": "closewait-raw-leak",
+    }
+
+    def sent() -> list[dict]:
+        return [n for n in hook.notifications() if n["groupLabels"] == group]
+
+    _wait(session, s.expect_within_s + SLACK_S + 60, lambda: bool(sent()))
+    notes = sent()
+    assert notes, f"no notification for {group}: {hook.notifications()}\n{_diagnostics(session, s)}"
+    first = notes[0]
+    assert first["status"] == "firing"
+    assert first["receiver"] in ("connmon-warning", "connmon-critical")
+    alert = first["alerts"][0]
+    assert alert["labels"]["kind"] == "close_wait_buildup" and alert["labels"]["side"] == "client"
+    assert "closewait-raw-leak on " in alert["annotations"]["description"]
+    assert alert["annotations"]["runbook_url"].startswith("https://")
+    assert alert["annotations"]["runbook_url"].endswith("#connmonclosewaitbuildup")
+    # Alertmanager re-sends a group only when its alerts change (or after repeat_interval).
+    seen = [
+        (
+            n["receiver"],
+            n["status"],
+            tuple(sorted((a["fingerprint"], a["status"]) for a in n["alerts"])),
+        )
+        for n in notes
+    ]
+    assert len(seen) == len(set(seen)), notes

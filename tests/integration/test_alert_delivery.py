@@ -1,0 +1,237 @@
+"""From exported series to a person's notification: a real Prometheus evaluates connmon's alert
+rules and sends to a real Alertmanager running connmon's generated configuration, whose
+receivers post to a webhook receiver in the test. The series come from a /metrics endpoint the
+test writes (the exporter's own output is tested elsewhere): what is under test here is the
+rules, the routes, the grouping and the inhibitions, with the real servers.
+
+Timings are shortened by configuration only (``for``, group waits, scrape interval)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from streaming.mixin.alerts import alert_rules
+from streaming.mixin.build import dump_yaml
+from streaming.mixin.config import DEFAULT
+from streaming.mixin.rules import recording_rules
+from streaming.stack.alertmanager import AlertmanagerServer, local_config
+from streaming.stack.ports import free_port
+from streaming.stack.prometheus import PrometheusServer
+from streaming.stack.webhook import WebhookReceiver
+
+CFG = DEFAULT.replace(
+    exporter_selector='job="connmon"',
+    agent_selector='job="connmon"',
+    finding_for="6s",
+    broker_unavailable_for="1s",
+    rate_window="1m",
+)
+
+
+class Series:
+    """A /metrics endpoint serving the series the test sets."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, str] = {}
+        self.port = free_port()
+        series = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = "\n".join(series.lines.values()).encode() + b"\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, name: str, value: float, **labels: str) -> str:
+        text = ", ".join(f'{k}="{v}"' for k, v in labels.items())
+        key = f"{name}{{{text}}}"
+        self.lines[key] = f"{key} {value}"
+        return key
+
+    def drop(self, keys: list[str]) -> None:
+        for k in keys:
+            self.lines.pop(k, None)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[tuple[Series, WebhookReceiver, AlertmanagerServer]]:
+    d = tmp_path_factory.mktemp("alerting")
+    series = Series()
+    (d / "alerts.yaml").write_text(dump_yaml(alert_rules(CFG)))
+    (d / "rules.yaml").write_text(dump_yaml(recording_rules(CFG)))
+    with WebhookReceiver() as hook:
+        am = AlertmanagerServer(local_config(hook.url(), CFG, "1s", "2s"), base_dir=str(d / "am"))
+        with (
+            am,
+            PrometheusServer(
+                scrape_targets=[f"127.0.0.1:{series.port}"],
+                rule_files=[d / "alerts.yaml", d / "rules.yaml"],
+                alertmanagers=[am.address],
+                base_dir=str(d / "prom"),
+            ),
+        ):
+            yield series, hook, am
+    series.server.shutdown()
+
+
+def _finding(series: Series, kind: str, severity: str, host: str, app: str, broker: str) -> str:
+    return series.set(
+        "connmon_finding_active", 1, job="connmon", kind=kind, severity=severity, side="client",
+        host=host, app=app, cluster="prod", broker_id=broker,
+    )  # fmt: skip
+
+
+def _groups(hook: WebhookReceiver, **group: str) -> list[dict[str, Any]]:
+    """Notifications of the group with these group labels."""
+    return [n for n in hook.notifications() if n["groupLabels"] == group]
+
+
+def _wait(what: str, fn, timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_one(stack):
+    series, hook, _ = stack
+    keys = [
+        _finding(series, "close_wait_buildup", "warning", host, "orders", broker)
+        for host, broker in (("web-1", "1"), ("web-2", "1"), ("web-2", "2"))
+    ]
+    group = {"alertname": "ConnMonCloseWaitBuildup", "cluster": "prod", "app": "orders"}
+    firing = _wait("the firing notification", lambda: _groups(hook, **group))
+    time.sleep(5)  # any second notification for the same group would be here by now
+    sent = _groups(hook, **group)
+    assert len(sent) == 1, sent
+    n = sent[0]
+    assert n["status"] == "firing" and n["receiver"] == "connmon-warning"
+    assert n in hook.notifications("/warning")
+    assert len(n["alerts"]) == 3  # three hosts x brokers, one notification
+    a = n["alerts"][0]
+    assert a["labels"]["severity"] == "warning" and a["labels"]["app"] == "orders"
+    ann = a["annotations"]
+    assert ann["summary"] == "Sockets to a Kafka broker are stuck in CLOSE_WAIT."
+    assert "holds CLOSE_WAIT sockets to broker" in ann["description"]
+    assert ann["runbook_url"] == DEFAULT.runbook_url_base + "#connmonclosewaitbuildup"
+    assert ann["dashboard_url"].startswith(
+        DEFAULT.grafana_url + "/d/connmon-client?var-cluster=prod"
+    )
+    assert firing
+
+    series.drop(keys)  # the client fixed: the series go away
+    resolved = _wait(
+        "the resolved notification",
+        lambda: [x for x in _groups(hook, **group) if x["status"] == "resolved"],
+    )
+    assert {al["status"] for al in resolved[-1]["alerts"]} == {"resolved"}
+
+
+def test_two_leaking_apps_are_two_notifications(stack):
+    series, hook, _ = stack
+    for app in ("payments", "billing"):
+        _finding(series, "idle_zombie", "warning", "web-3", app, "1")
+    for app in ("payments", "billing"):
+        group = {"alertname": "ConnMonIdleZombie", "cluster": "prod", "app": app}
+        sent = _wait(f"{app}'s notification", lambda group=group: _groups(hook, **group))
+        assert len(sent) == 1 and len(sent[0]["alerts"]) == 1, sent
+
+
+def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
+    series, hook, am = stack
+    for host in ("web-4", "web-5"):  # two client hosts see broker 3 drop their connections
+        series.set(
+            "connmon_broker_dropped_connections_per_second", 0.5, job="connmon", side="client",
+            host=host, app="ingest", cluster="prod", broker_id="3",
+        )  # fmt: skip
+    broker = _wait(
+        "the broker's notification",
+        lambda: _groups(hook, alertname="ConnMonBrokerUnavailable", cluster="prod"),
+    )
+    assert broker[0]["alerts"][0]["labels"]["broker_id"] == "3"
+    # Now the storms its clients raise, a host-level one, and one toward a healthy broker.
+    _finding(series, "connection_storm", "critical", "web-4", "ingest", "3")
+    _finding(series, "idle_churn", "warning", "web-5", "ingest", "3")
+    _finding(series, "connection_storm", "critical", "web-6", "*", "*")
+    _finding(series, "connection_storm", "critical", "web-6", "export", "1")
+    other = {"alertname": "ConnMonConnectionStorm", "cluster": "prod", "app": "export"}
+    sent = _wait("the storm toward the healthy broker", lambda: _groups(hook, **other))
+    assert sent[0]["receiver"] == "connmon-critical"
+
+    def held_back() -> list[dict[str, Any]]:
+        return [
+            a for a in am.alerts()
+            if a["labels"]["alertname"] in ("ConnMonConnectionStorm", "ConnMonIdleChurn")
+            and a["status"]["inhibitedBy"]
+        ]  # fmt: skip
+
+    inhibited = _wait("the storms toward broker 3 inhibited", lambda: len(held_back()) == 3)
+    assert inhibited
+    time.sleep(5)  # a notification for them, were they not held back, would be out by now
+    for app in ("ingest", "*"):
+        for alert in ("ConnMonConnectionStorm", "ConnMonIdleChurn"):
+            assert _groups(hook, alertname=alert, cluster="prod", app=app) == [], (alert, app)
+
+
+def test_stack_up_runs_alertmanager_and_keeps_what_it_delivers(tmp_path, monkeypatch):
+    """``connmon stack up``: Prometheus sends to the stack's Alertmanager, whose notification
+    reaches the stack's webhook receiver; ``stack down`` stops all of it."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    monkeypatch.setenv("CONNMON_STATE_DIR", str(tmp_path / "stack"))
+
+    def connmon(*args: str) -> str:
+        cmd = [sys.executable, "-m", "streaming", "stack", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+    connmon("up", "--brokers", "1")
+    try:
+        status = json.loads(connmon("status", "--json"))
+        assert status["alertmanager"]["up"] and status["webhook"]["up"], status
+
+        def sent_to() -> list[str]:
+            url = f"{status['prometheus']['url']}/api/v1/alertmanagers"
+            found = json.loads(urllib.request.urlopen(url).read())["data"]["activeAlertmanagers"]
+            return [a["url"] for a in found]
+
+        expected = [f"{status['alertmanager']['url']}/api/v2/alerts"]
+        _wait("Prometheus to find the stack's Alertmanager", lambda: sent_to() == expected, 30)
+        alert = [
+            {"labels": {"alertname": "ConnMonJobStalled", "severity": "critical", "job_id": "j"}}
+        ]
+        req = urllib.request.Request(
+            f"{status['alertmanager']['url']}/api/v2/alerts",
+            data=json.dumps(alert).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        urllib.request.urlopen(req).read()
+        _wait(
+            "the notification in the stack's receiver",
+            lambda: json.loads(connmon("status", "--json")).get("notifications", 0) >= 1,
+        )
+    finally:
+        connmon("down")
+    pids = [status[name]["pid"] for name in ("prometheus", "alertmanager", "webhook")]
+    from streaming.stack.kafka import _alive
+
+    assert not any(_alive(p) for p in pids)
