@@ -61,9 +61,13 @@ class ConnmonCollector:
         yield library
 
         active = _family("connmon_finding_active")
+        advice = _family("connmon_finding_recommendation_info")
         for f in snap.findings:
             active.add_metric([f.kind, f.severity, *f.labels], 1.0)
+            if f.recommendation:
+                advice.add_metric([f.kind, f.severity, *f.labels, f.recommendation], 1.0)
         yield active
+        yield advice
 
         job = {m.name: _family(m.name) for m in JOB_METRICS}
         for status in snap.statuses:

@@ -8,6 +8,8 @@ import re
 import unicodedata
 
 MAX_LABEL_LEN = 128
+# A finding's recommendation is prose for a person (a few sentences), not an identity.
+MAX_TEXT_LEN = 2048
 UNKNOWN = "unknown"
 HASH_SEP = "~"
 HASH_LEN = 8  # hex characters of the suffix: 32 bits
@@ -23,8 +25,8 @@ def value_hash(text: str) -> str:
     return hashlib.blake2b(data, digest_size=HASH_LEN // 2).hexdigest()
 
 
-def clean(value: object, default: str = UNKNOWN) -> str:
-    """A printable, trimmed label value of at most ``MAX_LABEL_LEN`` characters.
+def clean(value: object, default: str = UNKNOWN, limit: int = MAX_LABEL_LEN) -> str:
+    """A printable, trimmed label value of at most ``limit`` characters.
 
     A value that is already clean is returned as it is. One that had to change (control
     characters replaced, surrounding blanks trimmed, or cut to length) gets ``~`` and a hash
@@ -37,9 +39,9 @@ def clean(value: object, default: str = UNKNOWN) -> str:
     text = "".join(ch if unicodedata.category(ch)[0] != "C" else "_" for ch in original).strip()
     if not text:
         return default
-    if text == original and len(text) <= MAX_LABEL_LEN and not _LOOKS_SUFFIXED.search(text):
+    if text == original and len(text) <= limit and not _LOOKS_SUFFIXED.search(text):
         return text
-    keep = MAX_LABEL_LEN - len(HASH_SEP) - HASH_LEN
+    keep = limit - len(HASH_SEP) - HASH_LEN
     return f"{text[:keep]}{HASH_SEP}{value_hash(original)}"
 
 

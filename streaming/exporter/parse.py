@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from streaming.exporter.labels import broker_label, clean, peer_label
+from streaming.exporter.labels import MAX_TEXT_LEN, broker_label, clean, peer_label
 from streaming.schema.clients import UNKNOWN_LIBRARY, library_label, version_label
 
 SUPPORTED_SCHEMA = 1
@@ -66,6 +66,7 @@ class Finding:
     firing: bool
     labels: SeriesLabels
     updated_at: float
+    recommendation: str = ""  # the job's advice, "" when it gave none
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,7 @@ def parse_finding(raw: bytes | str) -> Finding:
         labels=_series_labels(obj),
         # The job may leave updated_at null; the window end is then the finding's time.
         updated_at=_time(obj, "updated_at", required=False) or _time(obj, "window_end") or 0.0,
+        recommendation=clean(obj.get("recommendation"), "", MAX_TEXT_LEN),
     )
 
 

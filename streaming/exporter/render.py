@@ -26,6 +26,7 @@ from streaming.metricnames.connmon import JOB_METRICS, SERIES_LABELS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLOSES = "connmon_connection_closes_per_second"
+ACTIVE, ADVICE = "connmon_finding_active", "connmon_finding_recommendation_info"
 _LIBRARY_LABELS = ("client_library", "client_version")
 
 
@@ -126,16 +127,22 @@ class Renderer:
 
     def _findings(self, findings: list[Finding]) -> str:
         lines = self._finding_lines
-        out = [_header("connmon_finding_active")]
+        active, advice = [_header(ACTIVE)], [_header(ADVICE)]
         for f in findings:
-            key = (f.kind, f.severity, f.labels)
-            line = lines.get(key)
-            if line is None:
+            key = (f.kind, f.severity, f.labels, f.recommendation)
+            both = lines.get(key)
+            if both is None:
                 kind = f'kind="{_escape(f.kind)}",severity="{f.severity}"'
-                line = f"connmon_finding_active{{{kind},{self._series(f.labels)}}} 1.0\n"
-                lines[key] = line
-            out.append(line)
-        return "".join(out)
+                lt = f"{kind},{self._series(f.labels)}"
+                said = f'recommendation="{_escape(f.recommendation)}"'
+                both = (
+                    f"{ACTIVE}{{{lt}}} 1.0\n",
+                    f"{ADVICE}{{{lt},{said}}} 1.0\n" if f.recommendation else "",
+                )
+                lines[key] = both
+            active.append(both[0])
+            advice.append(both[1])
+        return "".join(active) + "".join(advice)
 
     def _tail(self, snap: Snapshot) -> str:
         """Job progress and the exporter's own metrics: small, rendered every scrape."""

@@ -102,6 +102,13 @@ FINDING_METRICS: tuple[Metric, ...] = (
         "1 while the job reports this finding as firing; the series disappears when resolved.",
         FINDING_LABELS,
     ),
+    Metric(
+        "connmon_finding_recommendation_info",
+        "gauge",
+        "1 while the finding fires, with the job's recommendation for it (what to change, for "
+        "this client and library) as a label: alert descriptions quote it.",
+        FINDING_LABELS + ("recommendation",),
+    ),
 )
 
 JOB_METRICS: tuple[Metric, ...] = (

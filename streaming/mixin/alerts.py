@@ -19,6 +19,20 @@ FINDING_GROUP, BROKER_GROUP, PIPELINE_GROUP = (
 BROKER_ALERT = "ConnMonBrokerUnavailable"
 _WHO = "{{ $labels.app }} on {{ $labels.host }} ({{ $labels.side }} side)"
 _BROKER = "broker {{ $labels.broker_id }}"
+# Who, where and toward which broker, for a finding alert's summary (the host-level series of a
+# host's failed connects has app and broker "*").
+_WHERE = (
+    '{{ if eq $labels.app "*" }}host {{ $labels.host }}{{ else }}{{ $labels.app }} on '
+    "{{ $labels.host }}, broker {{ $labels.broker_id }}{{ end }}"
+    "{{ with $labels.cluster }}, cluster {{ . }}{{ end }}"
+)
+# The job's recommendation for the finding, from the exporter's info series of its labels.
+_ADVICE = (
+    "{{ with printf `connmon_finding_recommendation_info{kind=%q, side=%q, host=%q, app=%q, "
+    "cluster=%q, broker_id=%q, peer_host=%q}` $labels.kind $labels.side $labels.host "
+    "$labels.app $labels.cluster $labels.broker_id $labels.peer_host | query }}"
+    "{{ with first . }} What to do: {{ .Labels.recommendation }}{{ end }}{{ end }}"
+)
 
 
 @dataclass(frozen=True)
@@ -273,8 +287,8 @@ def alert_rules(cfg: MixinConfig) -> dict[str, Any]:
             f"max by ({FINDING_LABELS}) "
             f'(connmon_finding_active{{kind="{a.kind}", {cfg.exporter_selector}}}) > 0',
             cfg.finding_for,
-            a.summary,
-            a.description,
+            f"{a.summary.rstrip('.')}: {_WHERE}.",
+            a.description + _ADVICE,
             None,  # the finding's own severity label (warning/critical) is kept
             "client",
             _labels("cluster", "host", "app", "broker_id"),

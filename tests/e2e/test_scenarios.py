@@ -255,6 +255,7 @@ def test_a_real_close_wait_leak_reaches_a_person_as_one_notification(scenario_se
     alert = first["alerts"][0]
     assert alert["labels"]["kind"] == "close_wait_buildup" and alert["labels"]["side"] == "client"
     assert "closewait-raw-leak on " in alert["annotations"]["description"]
+    assert " What to do: " in alert["annotations"]["description"]  # the finding's own advice
     assert alert["annotations"]["runbook_url"].startswith("https://")
     assert alert["annotations"]["runbook_url"].endswith("#connmonclosewaitbuildup")
     # Alertmanager re-sends a group only when its alerts change (or after repeat_interval).

@@ -116,6 +116,22 @@ def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_
         _finding(series, "close_wait_buildup", "warning", host, "orders", broker)
         for host, broker in (("web-1", "1"), ("web-2", "1"), ("web-2", "2"))
     ]
+    advice = "Close the consumer on every error path (it leaks a socket per failed poll)."
+    keys.append(
+        series.set(
+            "connmon_finding_recommendation_info",
+            1,
+            job="connmon",
+            kind="close_wait_buildup",
+            severity="warning",
+            side="client",
+            host="web-1",
+            app="orders",
+            cluster="prod",
+            broker_id="1",
+            recommendation=advice,
+        )  # fmt: skip
+    )
     group = {"alertname": "ConnMonCloseWaitBuildup", "cluster": "prod", "app": "orders"}
     firing = _wait("the firing notification", lambda: _groups(hook, **group))
     time.sleep(5)  # any second notification for the same group would be here by now
@@ -125,11 +141,17 @@ def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_
     assert n["status"] == "firing" and n["receiver"] == "connmon-warning"
     assert n in hook.notifications("/warning")
     assert len(n["alerts"]) == 3  # three hosts x brokers, one notification
-    a = n["alerts"][0]
+    a = next(x for x in n["alerts"] if x["labels"]["host"] == "web-1")
     assert a["labels"]["severity"] == "warning" and a["labels"]["app"] == "orders"
     ann = a["annotations"]
-    assert ann["summary"] == "Sockets to a Kafka broker are stuck in CLOSE_WAIT."
-    assert "holds CLOSE_WAIT sockets to broker" in ann["description"]
+    assert ann["summary"] == (
+        "Sockets to a Kafka broker are stuck in CLOSE_WAIT: orders on web-1, broker 1, "
+        "cluster prod."
+    )
+    assert (
+        "orders on web-1 (client side) holds CLOSE_WAIT sockets to broker 1" in ann["description"]
+    )
+    assert ann["description"].endswith(" What to do: " + advice)
     assert ann["runbook_url"] == DEFAULT.runbook_url_base + "#connmonclosewaitbuildup"
     assert ann["dashboard_url"].startswith(
         DEFAULT.grafana_url + "/d/connmon-client?var-cluster=prod"

@@ -43,6 +43,8 @@ def test_aggregate_finding_and_status_are_served(clock) -> None:
     assert closes == pytest.approx(0.05)
     active = {**L, "kind": "close_wait_buildup", "severity": "critical"}
     assert reg.get_sample_value("connmon_finding_active", active) == 1
+    advice = {**active, "recommendation": "r"}
+    assert reg.get_sample_value("connmon_finding_recommendation_info", advice) == 1
     job = {"job_id": "connmon-job", "query": "aggregates"}
     assert reg.get_sample_value("connmon_job_dead_letter_events_total", job) == 3
     assert reg.get_sample_value("connmon_job_watermark_delay_seconds", job) == 122.1
@@ -60,6 +62,27 @@ def test_resolved_finding_removes_the_series(clock) -> None:
     handle(store, "findings", b"f1", finding(updated=NOW - 1, status="resolved"), "x")
     assert reg.get_sample_value("connmon_finding_active", {**L, "kind": "close_wait_buildup",
                                 "severity": "critical"}) is None  # fmt: skip
+    info = {**L, "kind": "close_wait_buildup", "severity": "critical", "recommendation": "r"}
+    assert reg.get_sample_value("connmon_finding_recommendation_info", info) is None
+
+
+def test_a_long_recommendation_is_served_whole_and_none_serves_no_info(clock) -> None:
+    advice = " ".join(["Close the consumer on every error path."] * 20)  # 800 characters
+    store, reg = make(clock)
+    handle(store, "findings", b"f1", finding(recommendation=advice), "x")
+    handle(store, "findings", b"f2", finding(kind="idle_zombie", recommendation=None), "x")
+    labels = {**L, "kind": "close_wait_buildup", "severity": "critical"}
+    assert (
+        reg.get_sample_value(
+            "connmon_finding_recommendation_info", {**labels, "recommendation": advice}
+        )
+        == 1
+    )
+    infos = [
+        s for m in reg.collect() if m.name == "connmon_finding_recommendation_info"
+        for s in m.samples
+    ]  # fmt: skip
+    assert [s.labels["kind"] for s in infos] == ["close_wait_buildup"]
 
 
 def test_stale_series_disappear_and_are_counted(clock) -> None:

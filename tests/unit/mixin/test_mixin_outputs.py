@@ -45,14 +45,20 @@ def test_alert_conventions(rule: dict) -> None:
     assert re.fullmatch(r"ConnMon[A-Z][A-Za-z]+", rule["alert"])
     ann = rule["annotations"]
     summary = ann["summary"]
-    assert summary.endswith(".") and summary.count(". ") == 0 and "{{" not in summary
+    sentence = re.sub(r"\{\{.*?\}\}", "", summary)  # one sentence, templates aside
+    assert summary.endswith(".") and sentence.count(". ") == 0
     assert "{{ $labels." in ann["description"]
     anchor = rule["alert"].lower()
     assert ann["runbook_url"].endswith(f"docs/runbook.md#{anchor}")
     finding_based = "connmon_finding_active" in rule["expr"]
     if finding_based:
         assert "severity" in rule["expr"]  # the finding's own severity label is kept
+        # a notification names who and where: app, host, broker and cluster
+        for label in ("app", "host", "broker_id", "cluster"):
+            assert f"$labels.{label}" in summary, (rule["alert"], label)
+        assert "connmon_finding_recommendation_info" in ann["description"]
     else:
+        assert "{{" not in summary
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
 
 
