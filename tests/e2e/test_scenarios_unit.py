@@ -384,3 +384,30 @@ def test_client_builds_are_skipped_when_up_to_date_and_fail_clearly_without_tool
         nodeclients.ensure_built()
     with pytest.raises(ValueError, match="no Go program"):
         goclients.binary("kafkajs")
+
+
+def test_the_report_and_the_live_view_show_the_notifications_delivered():
+    """What Alertmanager posted, as the demo shows it: one line per notification, and a row
+    per notification in the report with its group and the first alert's description."""
+    from types import SimpleNamespace
+
+    from streaming.scenarios.live import LiveView
+    from streaming.scenarios.report import render_html
+    from streaming.stack.webhook import describe
+
+    n = {
+        "status": "firing", "receiver": "connmon-critical",
+        "groupLabels": {"alertname": "ConnMonCloseWaitBuildup", "app": "orders", "cluster": "c"},
+        "alerts": [{"annotations": {"summary": "Stuck: orders on web-1.", "description": "d <x>"}}],
+    }  # fmt: skip
+    line = describe(n)
+    assert line.startswith("firing   connmon-critical")
+    assert "alertname=ConnMonCloseWaitBuildup, app=orders, cluster=c  x1  Stuck: orders" in line
+    hook = SimpleNamespace(notifications=lambda: [n, {**n, "status": "resolved"}])
+    view = LiveView(SimpleNamespace(components=SimpleNamespace(webhook=hook)))
+    shown = view.notifications()
+    assert shown.splitlines()[0] == "notifications delivered (2):"
+    assert shown.splitlines()[2].strip().startswith("resolved")
+    page = render_html("t", {}, [], [], "", [n])
+    assert "Notifications delivered by Alertmanager (1)" in page and "d &lt;x&gt;" in page
+    assert "(none yet)" in LiveView(SimpleNamespace(components=None)).notifications()
