@@ -26,6 +26,8 @@ from streaming.mixin.config import MixinConfig
 
 NULL = "connmon-null"  # alerts that only inhibit others
 _RECEIVER = "connmon-{}"  # per severity
+# Finding kinds a broker that is down or restarting causes on its clients.
+_BROKER_CAUSED = ("idle_churn", "connection_storm")
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,6 @@ def config(cfg: MixinConfig) -> dict[str, Any]:
             },
         ],
     }
-
-
-# Finding kinds a broker that is down or restarting causes on its clients.
-_BROKER_CAUSED = ("idle_churn", "connection_storm")
 
 
 def route_cases(cfg: MixinConfig) -> list[RouteCase]:
