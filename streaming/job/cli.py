@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
         "--migrate-from",
         metavar="OLD",
         help="start a new --checkpoint with the state of the stopped job on OLD (other "
-        "--shuffle-partitions or --state-buckets); ignored once the new one exists",
+        "--shuffle-partitions or --state-buckets; another window resolves OLD's findings "
+        "instead); ignored once the new one exists",
     )
     job.add_argument("--trigger", help="micro-batch interval, e.g. 5s (default 5s)")
     job.add_argument("--max-offsets-per-trigger", type=int, help="cap on events per micro-batch")
