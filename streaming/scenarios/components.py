@@ -142,6 +142,10 @@ def rule_files(detector: DetectorConfig, out_dir: Path) -> list[Path]:
         agent_selector='job="connmon"',
         finding_for=ALERT_FOR,
         rate_window="1m",
+        # Every client of a session runs on this one host; the broker alert must fire before
+        # the findings it holds back do.
+        broker_unavailable_hosts=1,
+        broker_unavailable_for="0s",
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     alerts, rules = out_dir / "alerts.yaml", out_dir / "rules.yaml"

@@ -268,3 +268,40 @@ def test_a_real_close_wait_leak_reaches_a_person_as_one_notification(scenario_se
         for n in notes
     ]
     assert len(seen) == len(set(seen)), notes
+
+
+def test_a_stopped_broker_is_notified_and_holds_back_the_storm_it_causes(scenario_session) -> None:
+    """The storm scenario stops its cluster's only broker while producers retry it: the
+    broker's alert reaches the receiver, and the storms its clients raise (toward that broker,
+    or host-level) reach Alertmanager but are held back by the shipped configuration's
+    inhibition: no notification for them."""
+    session = scenario_session
+    s = catalog.SCENARIOS["storm"]
+    hook, am = session.components.webhook, session.components.alertmanager
+
+    def broker() -> list[dict]:
+        return [
+            n for n in hook.notifications()
+            if n["groupLabels"] == {"alertname": "ConnMonBrokerUnavailable", "cluster": s.cluster}
+        ]  # fmt: skip
+
+    def caused(labels: dict) -> bool:
+        return labels.get("alertname") == "ConnMonConnectionStorm" and (
+            labels.get("cluster") == s.cluster or labels.get("broker_id") == "*"
+        )
+
+    def storms_held_back() -> list[dict]:
+        held = [a for a in am.alerts() if caused(a["labels"])]
+        return held if held and all(a["status"]["inhibitedBy"] for a in held) else []
+
+    deadline = s.expect_within_s + SLACK_S
+    _wait(session, deadline, lambda: bool(broker()) and bool(storms_held_back()))
+    ebpf = 'max_over_time(connmon_agent_collector_info{collector="ebpf"}[30m])'
+    if not broker() and not session.components.prometheus.query(ebpf):
+        pytest.skip("the agent ran without eBPF here: a refused connect names no broker")
+    assert broker(), f"no broker notification: {hook.notifications()}\n{_diagnostics(session, s)}"
+    held = storms_held_back()
+    assert held, f"storms in Alertmanager: {[a for a in am.alerts() if caused(a['labels'])]}"
+    time.sleep(15)  # past the group wait: a storm notification, were it not held back, is out
+    sent = [a for n in hook.notifications() for a in n["alerts"] if caused(a["labels"])]
+    assert sent == [], sent
