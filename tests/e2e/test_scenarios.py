@@ -232,8 +232,9 @@ def test_each_clients_library_and_version_are_identified(scenario_session) -> No
 def test_a_real_close_wait_leak_reaches_a_person_as_one_notification(scenario_session) -> None:
     """The raw client's CLOSE_WAIT leak, through the agent, the job, the exporter, Prometheus
     and the session's Alertmanager (connmon's generated configuration) to the webhook receiver:
-    one notification for the app and its cluster, with the finding's summary and links that
-    open, and nothing sent twice for a group that did not change."""
+    one notification for the app and its cluster, with the finding's summary, its advice and
+    links that open, nothing sent twice for a group that did not change, and a resolved one
+    once the client is gone."""
     session = scenario_session
     s = catalog.SCENARIOS["close-wait"]
     hook = session.components.webhook
@@ -268,6 +269,22 @@ def test_a_real_close_wait_leak_reaches_a_person_as_one_notification(scenario_se
         for n in notes
     ]
     assert len(seen) == len(set(seen)), notes
+
+    # The client fixed (here: stopped): its sockets go, the finding resolves in two windows,
+    # and a resolved notification follows for the same group.
+    from streaming.scenarios.launcher import stop_all
+
+    stop_all([session.workloads["closewait-raw-leak"]], timeout_s=10)
+    stopped = time.monotonic()
+
+    def resolved() -> list[dict]:
+        return [n for n in sent() if n["status"] == "resolved"]
+
+    while time.monotonic() - stopped < 240 and not resolved():
+        session.tick()
+        time.sleep(1.0)
+    assert resolved(), f"no resolved notification for {group}: {sent()}"
+    assert {a["status"] for a in resolved()[-1]["alerts"]} == {"resolved"}
 
 
 def test_a_stopped_broker_is_notified_and_holds_back_the_storm_it_causes(scenario_session) -> None:
