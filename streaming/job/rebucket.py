@@ -9,7 +9,6 @@ by the host's heartbeat rows (side, app and broker null), which is where its inp
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -102,9 +101,7 @@ def resolved_findings(blob: bytes, cfg: DetectorConfig, now: str) -> list[tuple[
     b = Bucket.load(blob, cfg, wall_clock)
     out = []
     for key, f in b.tracker.findings.items():
-        done = dataclasses.replace(f, status="resolved", summary="Resolved: " + f.summary)
-        done.updated_at = now
-        out.append((key, dumps(done.to_dict())))
+        out.append((key, dumps(f.resolved(f.window_start, f.window_end, now).to_dict())))
     return out
 
 

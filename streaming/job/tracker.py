@@ -219,16 +219,9 @@ class Tracker:
     def _resolve(
         self, key: str, last: Finding, start: str, end: str, agg: Aggregate | None, out: Output
     ) -> None:
-        resolved = dataclasses.replace(
-            last,
-            status="resolved",
-            window_start=start,
-            window_end=end,
-            summary="Resolved: " + last.summary,
-        )
-        resolved.updated_at = self.clock(agg) if agg is not None else end
+        when = self.clock(agg) if agg is not None else end
         del self.findings[key]
-        out.findings.append(resolved)
+        out.findings.append(last.resolved(start, end, when))
 
     def _horizon(self) -> float | None:
         """Windows ending before this can no longer matter to any detector."""

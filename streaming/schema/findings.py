@@ -110,6 +110,18 @@ class Finding:
         body["evidence"] = dict(self.evidence)
         return {"schema": SCHEMA_VERSION, **body, "broker": self.broker, "key": self.key}
 
+    def resolved(self, window_start: str, window_end: str, updated_at: str) -> Finding:
+        """This finding's resolution: the record that ends it, about the given window."""
+        done = dataclasses.replace(
+            self,
+            status="resolved",
+            window_start=window_start,
+            window_end=window_end,
+            summary="Resolved: " + self.summary,
+        )
+        done.updated_at = updated_at
+        return done
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         return cls(**{k: v for k, v in data.items() if k in _FIELD_SET})

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from job_helpers import wait_for
 
 from streaming.mixin.alerts import alert_rules
 from streaming.mixin.build import dump_yaml
@@ -100,16 +101,6 @@ def _groups(hook: WebhookReceiver, **group: str) -> list[dict[str, Any]]:
     return [n for n in hook.notifications() if n["groupLabels"] == group]
 
 
-def _wait(what: str, fn, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
 def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_one(stack):
     series, hook, _ = stack
     keys = [
@@ -133,7 +124,7 @@ def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_
         )  # fmt: skip
     )
     group = {"alertname": "ConnMonCloseWaitBuildup", "cluster": "prod", "app": "orders"}
-    firing = _wait("the firing notification", lambda: _groups(hook, **group))
+    firing = wait_for("the firing notification", lambda: _groups(hook, **group))
     time.sleep(5)  # any second notification for the same group would be here by now
     sent = _groups(hook, **group)
     assert len(sent) == 1, sent
@@ -159,7 +150,7 @@ def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_
     assert firing
 
     series.drop(keys)  # the client fixed: the series go away
-    resolved = _wait(
+    resolved = wait_for(
         "the resolved notification",
         lambda: [x for x in _groups(hook, **group) if x["status"] == "resolved"],
     )
@@ -172,7 +163,7 @@ def test_two_leaking_apps_are_two_notifications(stack):
         _finding(series, "idle_zombie", "warning", "web-3", app, "1")
     for app in ("payments", "billing"):
         group = {"alertname": "ConnMonIdleZombie", "cluster": "prod", "app": app}
-        sent = _wait(f"{app}'s notification", lambda group=group: _groups(hook, **group))
+        sent = wait_for(f"{app}'s notification", lambda group=group: _groups(hook, **group))
         assert len(sent) == 1 and len(sent[0]["alerts"]) == 1, sent
 
 
@@ -183,7 +174,7 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
             "connmon_broker_dropped_connections_per_second", 0.5, job="connmon", side="client",
             host=host, app="ingest", cluster="prod", broker_id="3",
         )  # fmt: skip
-    broker = _wait(
+    broker = wait_for(
         "the broker's notification",
         lambda: _groups(hook, alertname="ConnMonBrokerUnavailable", cluster="prod"),
     )
@@ -194,7 +185,7 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
     _finding(series, "connection_storm", "critical", "web-6", "*", "*")
     _finding(series, "connection_storm", "critical", "web-6", "export", "1")
     other = {"alertname": "ConnMonConnectionStorm", "cluster": "prod", "app": "export"}
-    sent = _wait("the storm toward the healthy broker", lambda: _groups(hook, **other))
+    sent = wait_for("the storm toward the healthy broker", lambda: _groups(hook, **other))
     assert sent[0]["receiver"] == "connmon-critical"
 
     def held_back() -> list[dict[str, Any]]:
@@ -204,7 +195,7 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
             and a["status"]["inhibitedBy"]
         ]  # fmt: skip
 
-    inhibited = _wait("the storms toward broker 3 inhibited", lambda: len(held_back()) == 3)
+    inhibited = wait_for("the storms toward broker 3 inhibited", lambda: len(held_back()) == 3)
     assert inhibited
     time.sleep(5)  # a notification for them, were they not held back, would be out by now
     for app in ("ingest", "*"):
@@ -237,7 +228,7 @@ def test_stack_up_runs_alertmanager_and_keeps_what_it_delivers(tmp_path, monkeyp
             return [a["url"] for a in found]
 
         expected = [f"{status['alertmanager']['url']}/api/v2/alerts"]
-        _wait("Prometheus to find the stack's Alertmanager", lambda: sent_to() == expected, 30)
+        wait_for("Prometheus to find the stack's Alertmanager", lambda: sent_to() == expected, 30)
         alert = [
             {"labels": {"alertname": "ConnMonJobStalled", "severity": "critical", "job_id": "j"}}
         ]
@@ -247,7 +238,7 @@ def test_stack_up_runs_alertmanager_and_keeps_what_it_delivers(tmp_path, monkeyp
             headers={"Content-Type": "application/json"},
         )
         urllib.request.urlopen(req).read()
-        _wait(
+        wait_for(
             "the notification in the stack's receiver",
             lambda: json.loads(connmon("status", "--json")).get("notifications", 0) >= 1,
         )
