@@ -55,10 +55,16 @@ def test_a_host_three_minutes_fast_makes_no_other_host_late(
 
         aggs = wait_for("the on-time host's aggregates", ok_aggregates, timeout_s=180)
         assert {a["app"] for a in aggs} == {"orders-consumer"}
+
+        # The slow host's events may span several batches: wait until the status has counted
+        # them all (or more, which the assertion below then reports).
+        def all_slow_counted() -> dict[str, dict[str, Any]] | None:
+            h = _host_rows(t.bootstrap, t.status)
+            row = h.get("slow-1")
+            return h if row and row["late_events_total"] >= len(slow) else None
+
         hosts = wait_for(
-            "the slow host's late events in the job status",
-            lambda: (h := _host_rows(t.bootstrap, t.status)).get("slow-1") and h,
-            timeout_s=120,
+            "the slow host's late events in the job status", all_slow_counted, timeout_s=120
         )
         slow_row = hosts["slow-1"]
         assert slow_row["late_events_total"] == len(slow), slow_row
