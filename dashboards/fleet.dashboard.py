@@ -92,6 +92,21 @@ panels = [
         [("kind_severity:connmon_finding_active:sum", "{{kind}} ({{severity}})")],
         "short",
     ),
+    gf.timeseries(
+        "Findings fired per hour",
+        "Rate at which findings fire, per hour, by kind and severity at firing, counted by the "
+        "exporter from the findings topic: includes findings that fired and resolved between "
+        "two scrapes, which the active findings never show. Exporter replicas read the same "
+        "topic, hence max.",
+        [
+            (
+                "3600 * max by (kind, severity) "
+                "(rate(connmon_findings_fired_total[$__rate_interval]))",
+                "{{kind}} ({{severity}})",
+            )
+        ],
+        "short",
+    ),
     gf.row("Fleet-wide (all hosts, recording rules)"),
     gf.timeseries(
         "CLOSE_WAIT by broker",

@@ -25,17 +25,17 @@ from streaming.schema.findings import Finding
 
 Detector = Callable[[Aggregate, DetectorConfig, Sequence[Aggregate]], list[Finding]]
 
-DETECTORS: dict[str, Detector] = {
-    m.KIND: m.detect
-    for m in (
-        close_wait_buildup,
-        idle_churn,
-        duplicate_connections,
-        idle_zombie,
-        connection_storm,
-        time_wait_pileup,
-    )
-}
+_MODULES = (
+    close_wait_buildup,
+    idle_churn,
+    duplicate_connections,
+    idle_zombie,
+    connection_storm,
+    time_wait_pileup,
+)
+DETECTORS: dict[str, Detector] = {m.KIND: m.detect for m in _MODULES}
+# Per kind, the evidence whose doubling or halving is worth a new record (``changes``).
+HEADLINES: dict[str, tuple[str, ...]] = {m.KIND: m.HEADLINE for m in _MODULES}
 
 # Kinds whose findings wait longer than ``resolve_after_windows`` before resolving: seconds.
 RESOLVE_AFTER_S: dict[str, Callable[[DetectorConfig], float]] = {
@@ -63,12 +63,13 @@ def detect_all(
     """What holds for one window of one series: kind -> finding, in ``DETECTORS`` order. A
     detector returning several findings for one window keeps its last. ``history`` is the
     series' windows before this one (the job keeps them with its checkpoint). A finding about
-    a client whose library the agent identified ends with that library's advice."""
+    a client whose library the agent identified carries that library's advice: where its
+    detector placed it, else at the end."""
     found: dict[str, Finding] = {}
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
             extra = library_advice(kind, f.side, f.client_library, f.client_version)
-            if extra:
+            if extra and extra not in f.recommendation:  # else the detector placed it
                 f.recommendation = f"{f.recommendation} {extra}"
             found[kind] = f
     return found

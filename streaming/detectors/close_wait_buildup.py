@@ -10,19 +10,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from streaming.detectors.config import DetectorConfig
+from streaming.detectors.libraries import library_advice
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 from streaming.schema.times import epoch
 
 KIND = "close_wait_buildup"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = ("close_wait_count", "close_wait_oldest_age_s")
 
-_CLIENT_ADVICE = (
-    "The broker closed these connections and the client process never closed its end: "
-    "a known leak in Sarama and kafka-rust (upgrade the library), or a classic consumer that "
+_CLIENT_CAUSE = "The broker closed these connections and the client process never closed its end"
+_UNKNOWN_LIBRARY_CAUSE = (
+    ": a known leak in Sarama and kafka-rust (upgrade the library), or a classic consumer that "
     "stopped calling poll() so its network thread never runs (check max.poll.interval.ms and "
-    "stuck processing); restarting the process releases the sockets. If the broker closes "
-    "them for idleness, keep the client's connections.max.idle.ms below the broker's "
-    "connections.max.idle.ms ({broker_idle:.0f} ms) so the client closes first."
+    "stuck processing)"
+)
+_CLIENT_REMEDY = (
+    "Restarting the process releases the sockets. If the broker closes them for idleness, "
+    "keep the client's connections.max.idle.ms below the broker's connections.max.idle.ms "
+    "({broker_idle:.0f} ms) so the client closes first."
 )
 _BROKER_ADVICE = (
     "Clients on {peer} hung up and the broker has not closed its end: check the broker's "
@@ -54,6 +60,16 @@ def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -
     return sum((t - mt) * (c - mc) for t, c in points) / var
 
 
+def _client_advice(agg: Aggregate, cfg: DetectorConfig) -> str:
+    """The cause first: the identified library's own (its leak, its threads), else the usual
+    suspects of any library; then what releases the sockets."""
+    remedy = _CLIENT_REMEDY.format(broker_idle=cfg.broker_idle_expiry_s * 1000)
+    own = library_advice(KIND, agg.side, agg.client_library, agg.client_version)
+    if own:
+        return f"{_CLIENT_CAUSE}. {own} {remedy}"
+    return f"{_CLIENT_CAUSE}{_UNKNOWN_LIBRARY_CAUSE}. {remedy}"
+
+
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
     """A finding when at least ``close_wait_warning_count`` sockets are in CLOSE_WAIT and the
     oldest has been there longer than ``close_wait_grace_s``."""
@@ -77,7 +93,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         f"{oldest:.0f} s" + (", and the count is rising." if rising else ".")
     )
     if agg.side == "client":
-        advice = _CLIENT_ADVICE.format(broker_idle=cfg.broker_idle_expiry_s * 1000)
+        advice = _client_advice(agg, cfg)
     else:
         advice = _BROKER_ADVICE.format(peer=agg.peer_host)
     evidence = {

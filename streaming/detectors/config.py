@@ -74,6 +74,9 @@ class DetectorConfig:
     # A firing finding whose series produces no newer window for this long is resolved
     # (the sockets are gone: the application stopped or the agent lost sight of them).
     finding_stale_s: float = 300.0
+    # A firing finding whose record did not change is published again after this much event
+    # time, so a reader of the topic knows it still fires (docs/findings.md).
+    finding_heartbeat_s: float = 300.0
 
     # Hysteresis, for every detector: a finding fires once it held in this many consecutive
     # windows of its series, and resolves once it did not hold in this many consecutive

@@ -18,6 +18,14 @@ from streaming.schema.aggregates import HOST_SERIES, Aggregate
 from streaming.schema.findings import Finding
 
 KIND = "connection_storm"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = (
+    "opens_per_min",
+    "short_lived_per_min",
+    "connects_failed_per_min",
+    "host_attempt_fails_per_min",
+    "syn_sent_count",
+)
 
 
 def rates(agg: Aggregate) -> dict[str, float | None]:

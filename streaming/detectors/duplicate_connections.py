@@ -33,6 +33,8 @@ from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
 KIND = "duplicate_connections"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = ("dup_processes", "dup_unused_processes")
 
 
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:

@@ -25,6 +25,8 @@ from streaming.schema.findings import Finding
 from streaming.schema.times import epoch
 
 KIND = "idle_churn"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = ("cycles",)
 # Connections one client holds to one broker at most (data, group coordinator, a bootstrap
 # leftover): a peer address with more is several clients behind one address.
 CLIENT_MAX_CONNECTIONS_PER_BROKER = 3

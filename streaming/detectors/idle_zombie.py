@@ -13,6 +13,8 @@ from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
 KIND = "idle_zombie"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = ("max_idle_s", "established")
 
 
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:

@@ -14,6 +14,8 @@ from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
 KIND = "time_wait_pileup"
+# Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
+HEADLINE = ("time_wait_count",)
 
 
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:

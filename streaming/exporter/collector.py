@@ -74,7 +74,7 @@ class ConnmonCollector:
             for name, value in status.values.items():
                 job[name].add_metric([status.job_id, status.query], value)
         yield from job.values()
-        for name, samples in job_host_samples(snap) + self_metric_samples(snap):
+        for name, samples in tail_samples(snap):
             family = _family(name)
             for labels, value in samples:
                 family.add_metric(list(labels), value)
@@ -82,6 +82,17 @@ class ConnmonCollector:
 
 
 Samples = list[tuple[str, list[tuple[tuple[str, ...], float]]]]
+
+
+def tail_samples(snap: Snapshot) -> Samples:
+    """Samples small enough to build on every scrape, as (name, [(labels, value)])."""
+    return job_host_samples(snap) + fired_samples(snap) + self_metric_samples(snap)
+
+
+def fired_samples(snap: Snapshot) -> Samples:
+    """Findings fired since the exporter started, by kind and severity."""
+    fired = [((kind, severity), float(n)) for (kind, severity), n in sorted(snap.fired.items())]
+    return [("connmon_findings_fired_total", fired)]
 
 
 def job_host_samples(snap: Snapshot) -> Samples:

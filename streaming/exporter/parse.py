@@ -67,6 +67,8 @@ class Finding:
     labels: SeriesLabels
     updated_at: float
     recommendation: str = ""  # the job's advice, "" when it gave none
+    fired: bool = False  # the record of its firing (not a change, heartbeat or resolution)
+    first_fired_at: str = ""  # event time it fired, as the job wrote it ("" if not given)
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ def parse_finding(raw: bytes | str) -> Finding:
         # The job may leave updated_at null; the window end is then the finding's time.
         updated_at=_time(obj, "updated_at", required=False) or _time(obj, "window_end") or 0.0,
         recommendation=clean(obj.get("recommendation"), "", MAX_TEXT_LEN),
+        fired=obj.get("change") == "fired",
+        first_fired_at=clean(obj.get("first_fired_at"), "", 64),
     )
 
 

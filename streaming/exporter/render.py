@@ -15,8 +15,7 @@ from functools import lru_cache
 from streaming.exporter.collector import (
     LIBRARY_INFO,
     SIMPLE_AGGREGATES,
-    job_host_samples,
-    self_metric_samples,
+    tail_samples,
 )
 from streaming.exporter.gzipjoin import Part
 from streaming.exporter.parse import Aggregate, Finding
@@ -155,7 +154,7 @@ class Renderer:
                     lt = label_text(m.labels, (s.job_id, s.query))
                     add(f"{m.name}{{{lt}}} {_value(s.values[m.name])}\n")
 
-        for name, samples in job_host_samples(snap) + self_metric_samples(snap):
+        for name, samples in tail_samples(snap):
             add(_header(name))
             names = metric(name).labels
             for values, v in samples:

@@ -1,11 +1,12 @@
 """The exporter's current values: latest aggregate per series, active findings, job progress.
 
 Bounded: at most ``series_limit`` entries (series + findings + job queries). At the limit the
-newest entries by event time (an aggregate's window end, a finding's update time) are kept: a
-new entry newer than the oldest one held replaces it, an older one is refused; both count as
-dropped. Job statuses are few and always kept. Series not updated within the staleness limit
-are removed, so a client x broker pair that disappeared does not keep its last value forever.
-Thread-safe: the consumer thread writes, scrapes read a snapshot.
+entries that go stale last are kept (event time, an aggregate's window end or a finding's update
+time, plus the staleness limit of its kind): a new entry that goes stale after the first one held
+replaces it, another is refused; both count as dropped. Job statuses are few and always kept.
+Series not updated within the staleness limit are removed, so a client x broker pair that
+disappeared does not keep its last value forever. Thread-safe: the consumer thread writes, scrapes
+read a snapshot.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Snapshot:
     expired: int
     messages: dict[str, int]
     invalid: dict[tuple[str, str], int]
+    fired: dict[tuple[str, str], int]
     last_message: dict[str, float]
     consumer_errors: int
     # Change whenever the aggregates (findings) held change: equal versions, equal contents.
@@ -119,6 +121,10 @@ class Store:
     consumer_errors: int = 0
     messages: Counter = field(default_factory=Counter)
     invalid: Counter = field(default_factory=Counter)
+    # (kind, severity) -> findings fired since start; a record from before the start (the
+    # topic is read from the beginning) is not counted again.
+    fired: Counter = field(default_factory=Counter)
+    started: float = field(init=False, repr=False)
     last_message: dict[str, float] = field(default_factory=dict)
     rejected: deque = field(default_factory=deque)
     _by_time: dict[str, _ByTime] = field(init=False, repr=False)
@@ -126,6 +132,7 @@ class Store:
 
     def __post_init__(self) -> None:
         self.rejected = deque(maxlen=self.rejected_keep)
+        self.started = self.clock()
         self._by_time = {
             "aggregates": _ByTime(self._aggs, lambda a: a.window_end),
             "findings": _ByTime(self._findings, lambda f: f.updated_at),
@@ -139,33 +146,36 @@ class Store:
     def _changed(self, role: str) -> None:
         self._version[role] = next(_versions)
 
-    def _admit(self, table: dict, key: Hashable, t: float | None) -> bool:
-        """Room for ``key`` with event time ``t`` (None: a job status, always kept)?
+    def _admit(self, table: dict, key: Hashable, role: str | None, t: float | None) -> bool:
+        """Room for ``key`` of ``role`` with event time ``t`` (None: a job status, always kept)?
 
-        At the limit a stale series or finding is expired to make room; else the oldest one
-        makes way if it is older than ``t``, or the new entry is refused: one is dropped.
+        At the limit a stale series or finding is expired to make room; else the entry that
+        would go stale first makes way if it goes stale before the new one, or the new entry
+        is refused: one is dropped. Going stale (event time plus the role's staleness limit)
+        rather than age decides, so a firing finding, written on change and heartbeat only,
+        is not pushed out by the newer aggregates written every window.
         """
         if key in table or self._size() < self.series_limit:
             return True
         now = self.clock()
         limits = {"aggregates": self.staleness_s, "findings": self.finding_staleness_s}
         candidates: list[tuple[float, str, Hashable]] = []
-        for role, by_time in self._by_time.items():
+        for name, by_time in self._by_time.items():
             oldest = by_time.oldest()
             if oldest is None:
                 continue
-            if now - oldest[0] > limits[role]:
-                self._remove(role, oldest[1])
+            if now - oldest[0] > limits[name]:
+                self._remove(name, oldest[1])
                 self.expired += 1
                 return True
-            candidates.append((oldest[0], role, oldest[1]))
+            candidates.append((oldest[0] + limits[name], name, oldest[1]))
         self.dropped += 1
         if not candidates:
             return False
-        old_t, role, old_key = min(candidates, key=lambda c: c[0])
-        if t is not None and old_t >= t:
+        old_stale, old_role, old_key = min(candidates, key=lambda c: c[0])
+        if t is not None and role is not None and old_stale >= t + limits[role]:
             return False
-        self._remove(role, old_key)
+        self._remove(old_role, old_key)
         return True
 
     def _put(self, role: str, key: Hashable, item: object, t: float, msg_key: bytes | None) -> None:
@@ -220,7 +230,7 @@ class Store:
             old = self._aggs.get(agg.labels)
             if old is not None and old.window_end > agg.window_end:
                 return False
-            if not self._admit(self._aggs, agg.labels, agg.window_end):
+            if not self._admit(self._aggs, agg.labels, "aggregates", agg.window_end):
                 return False
             self._put("aggregates", agg.labels, agg, agg.window_end, msg_key)
             return True
@@ -229,6 +239,11 @@ class Store:
         """A firing finding is kept (latest wins); a resolved one removes it."""
         key = (finding.kind, finding.labels)
         with self._lock:
+            if finding.fired and finding.updated_at >= self.started:
+                old = self._findings.get(key)
+                # A batch the job ran again publishes its firing again: count it once.
+                if old is None or old.first_fired_at != finding.first_fired_at:
+                    self.fired[(finding.kind, finding.severity)] += 1
             if not finding.firing:
                 if key in self._findings:
                     self._remove("findings", key)
@@ -238,7 +253,7 @@ class Store:
             old = self._findings.get(key)
             if old is not None and old.updated_at > finding.updated_at:
                 return False
-            if not self._admit(self._findings, key, finding.updated_at):
+            if not self._admit(self._findings, key, "findings", finding.updated_at):
                 return False
             self._put("findings", key, finding, finding.updated_at, msg_key)
             return True
@@ -249,7 +264,7 @@ class Store:
             old = self._statuses.get(key)
             if old is not None and old.timestamp > status.timestamp:
                 return False
-            if not self._admit(self._statuses, key, None):
+            if not self._admit(self._statuses, key, None, None):
                 return False
             self._statuses[key] = status
             return True
@@ -292,6 +307,7 @@ class Store:
                 expired=self.expired,
                 messages=dict(self.messages),
                 invalid=dict(self.invalid),
+                fired=dict(self.fired),
                 last_message=dict(self.last_message),
                 consumer_errors=self.consumer_errors,
                 aggregates_version=self._version["aggregates"],

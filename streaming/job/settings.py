@@ -137,6 +137,8 @@ class JobSettings:
             raise ConfigError("detectors.watermark_s: must not be negative")
         if d.idle_churn_window_s < d.window_s:
             raise ConfigError("detectors.idle_churn_window_s: shorter than detectors.window_s")
+        if d.finding_heartbeat_s <= 0:
+            raise ConfigError("detectors.finding_heartbeat_s: must be positive")
         for name in ("fire_after_windows", "resolve_after_windows"):
             if not 1 <= getattr(d, name) <= 60:
                 raise ConfigError(f"detectors.{name}: must be between 1 and 60 windows")

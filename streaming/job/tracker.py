@@ -6,8 +6,9 @@ Rules:
 - A series' newest window is evaluated by every detector (with its earlier windows as history);
   an update to an older window (late data) only refreshes the history.
 - A finding fires once it held in ``fire_after_windows`` consecutive windows of its series
-  (default 1: as soon as a window holds); it is re-published when its severity, window or
-  evidence change.
+  (default 1: as soon as a window holds); it is published again only when it changes in a way a
+  reader acts on, or as a heartbeat (``detectors.changes``). The firing finding kept is the one
+  last published, with the end of the newest window it held in (``last_seen_at``).
 - It resolves once it did not hold in ``resolve_after_windows`` consecutive windows (default 2:
   the newest and the one before it, complete by then, so a partly filled window does not
   resolve a rate-based finding), a window the series did not produce counting as not holding;
@@ -22,6 +23,7 @@ a prune of all series each batch would.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import heapq
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from streaming.detectors import DETECTORS, detect_all, hysteresis_windows, resolve_windows
+from streaming.detectors.changes import change
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
 from streaming.schema.findings import Finding, finding_key, finding_key_tail
@@ -70,7 +73,7 @@ class Tracker:
         self.clock = clock  # updated_at for a record about this window
         self.history: dict[str, list[Aggregate]] = {}
         self.held: dict[str, dict[str, list[str]]] = {}  # series -> window_start -> kinds
-        self.findings: dict[str, Finding] = {}  # firing only
+        self.findings: dict[str, Finding] = {}  # firing only: the last published record
         self.max_window_end: str | None = None
         self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
         self._quiet_n = {kind: resolve_windows(kind, cfg) for kind in DETECTORS}
@@ -187,12 +190,21 @@ class Tracker:
             last = self.findings.get(key)
             if kind in found:
                 f = found[kind]
-                if last is None and not all(kind in h for h in recent[:fire_n]):
-                    continue  # held, but not yet in enough consecutive windows
-                if last is None or _changed(last, f):
-                    f.updated_at = self.clock(agg)
-                    self.findings[key] = f
-                    out.findings.append(f)
+                if last is None:
+                    if not all(kind in h for h in recent[:fire_n]):
+                        continue  # held, but not yet in enough consecutive windows
+                    f.first_fired_at, why = agg.window_start, "fired"
+                else:
+                    why = change(last, f, self.cfg.finding_heartbeat_s)
+                    if why is None:
+                        # The published record stands; the copy keeps it as it went out.
+                        last = self.findings[key] = copy.copy(last)
+                        last.last_seen_at = agg.window_end
+                        continue
+                    f.first_fired_at = last.first_fired_at or last.window_start
+                f.change, f.last_seen_at, f.updated_at = why, agg.window_end, self.clock(agg)
+                self.findings[key] = f
+                out.findings.append(f)
             elif last is not None and not any(kind in h for h in recent[: self._quiet_n[kind]]):
                 self._resolve(key, last, agg.window_start, agg.window_end, agg, out)
 
@@ -298,13 +310,3 @@ def _starts_back(start: str, window_s: float, n: int) -> tuple[str, ...]:
 
 def _rows(ws: list[Aggregate]) -> list[tuple[Any, ...]]:
     return [_history_values(a) for a in ws]
-
-
-def _changed(last: Finding, new: Finding) -> bool:
-    """Worth publishing again. The client library counts: a window's first rows may all come
-    from sockets whose library the agent has not named, and the advice depends on it."""
-    return _published(last) != _published(new)
-
-
-def _published(f: Finding) -> tuple[Any, ...]:
-    return (f.severity, f.window_start, f.evidence, f.client_library, f.client_version)

@@ -109,6 +109,13 @@ FINDING_METRICS: tuple[Metric, ...] = (
         "this client and library) as a label: alert descriptions quote it.",
         FINDING_LABELS + ("recommendation",),
     ),
+    Metric(
+        "connmon_findings_fired_total",
+        "counter",
+        "Findings that fired since this exporter started, by kind and severity at firing: "
+        "counts a finding that fired and resolved between two scrapes too.",
+        ("kind", "severity"),
+    ),
 )
 
 JOB_METRICS: tuple[Metric, ...] = (

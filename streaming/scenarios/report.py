@@ -152,10 +152,14 @@ def render_html(
     findings: Sequence[Mapping[str, Any]],
     observed: str,
     notifications: Sequence[Mapping[str, Any]] = (),
+    per_key: Sequence[tuple[str, int, float]] = (),
 ) -> str:
     """The report page (pure). ``notifications``: what Alertmanager delivered (its webhook
-    JSON), what a person on call would have received."""
+    JSON), what a person on call would have received; ``per_key``: ``records_per_key``."""
     esc = html.escape
+    written = "".join(
+        f"<tr><td>{esc(key)}</td><td>{n}</td><td>{rate:.0f}</td></tr>" for key, n, rate in per_key
+    )
     sent = "".join(
         "<tr>"
         + "".join(
@@ -199,6 +203,8 @@ pre {{ background: #f6f6f6; padding: 8px; font-size: 12px; overflow-x: auto; }}
 <h2>Findings that fired ({len(findings)})</h2>
 <table><tr><th>first seen</th><th>kind</th><th>severity</th><th>app</th><th>side</th>
 <th>broker</th><th>summary</th></tr>{rows}</table>
+<h2>Finding records written per key ({sum(n for _, n, _ in per_key)})</h2>
+<table><tr><th>key</th><th>records</th><th>per hour</th></tr>{written}</table>
 <h2>Notifications delivered by Alertmanager ({len(notifications)})</h2>
 <table><tr><th>status</th><th>receiver</th><th>group</th><th>alerts</th>
 <th>description (first alert)</th></tr>{sent}</table>
@@ -230,6 +236,19 @@ def first_findings(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         if k not in seen:
             seen[k] = {**f, "first_seen": f.get("updated_at") or f.get("window_end", "")}
     return list(seen.values())
+
+
+def records_per_key(
+    history: Sequence[Mapping[str, Any]], elapsed_s: float
+) -> list[tuple[str, int, float]]:
+    """Finding records written per key over the run: (key, records, records per hour), the
+    chattiest first. What a consumer of the findings topic (a ticket bridge, a chat bot) gets."""
+    counts: dict[str, int] = {}
+    for f in history:
+        key = str(f.get("key") or f.get("kind"))
+        counts[key] = counts.get(key, 0) + 1
+    hours = max(elapsed_s, 1.0) / 3600
+    return sorted(((k, n, n / hours) for k, n in counts.items()), key=lambda r: (-r[1], r[0]))
 
 
 def write_report(session: Any, path: Path, step_s: float = 5.0) -> Path:
@@ -267,6 +286,7 @@ def write_report(session: Any, path: Path, step_s: float = 5.0) -> Path:
         first_findings(history),
         session.observer_report(),
         hook.notifications() if hook is not None else (),
+        records_per_key(history, session.elapsed()),
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)

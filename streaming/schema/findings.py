@@ -23,6 +23,8 @@ KINDS = (
 )
 SEVERITIES = ("info", "warning", "critical")
 STATUSES = ("firing", "resolved")
+# Why a record was published (docs/findings.md, "When a record is written").
+CHANGES = ("fired", "severity", "library", "advice", "evidence", "heartbeat", "resolved")
 
 
 def finding_key(kind: str, client: str, cluster: str | None, broker: str) -> str:
@@ -58,6 +60,10 @@ class Finding:
     updated_at: str | None = None
     client_library: str | None = None
     client_version: str | None = None
+    # Event time: start of the window the finding fired in, end of the newest window it held in.
+    first_fired_at: str | None = None
+    last_seen_at: str | None = None
+    change: str | None = None  # one of CHANGES on a published record
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -66,6 +72,8 @@ class Finding:
             raise ValueError(f"severity {self.severity!r} not one of {SEVERITIES}")
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not one of {STATUSES}")
+        if self.change is not None and self.change not in CHANGES:
+            raise ValueError(f"change {self.change!r} not one of {CHANGES}")
 
     @property
     def key(self) -> str:
@@ -118,6 +126,7 @@ class Finding:
             window_start=window_start,
             window_end=window_end,
             summary="Resolved: " + self.summary,
+            change="resolved",
         )
         done.updated_at = updated_at
         return done

@@ -300,6 +300,17 @@ def test_to_series_and_first_findings():
     assert len(firsts) == 1 and firsts[0]["first_seen"] == "t1"
 
 
+def test_the_report_counts_finding_records_per_key_and_hour():
+    from streaming.scenarios.report import records_per_key, render_html
+
+    hist = [{"key": "a", "kind": "k"}] * 3 + [{"key": "b", "kind": "k"}]
+    per_key = records_per_key(hist, elapsed_s=1800)
+    assert per_key == [("a", 3, 6.0), ("b", 1, 2.0)]
+    page = render_html("t", {}, [], [], "", [], per_key)
+    assert "Finding records written per key (4)" in page
+    assert "<tr><td>a</td><td>3</td><td>6</td></tr>" in page
+
+
 def test_owners_come_from_socket_inodes():
     text = "ESTAB 0 0 127.0.0.1:1 127.0.0.1:9092 ino:4242 sk:1 lastsnd:5 lastrcv:7\n"
     (row,) = with_owners(parse_ss(text), {4242: 99})

@@ -252,13 +252,10 @@ def _kill_group(p: subprocess.Popen, sig: int = signal.SIGKILL, timeout_s: float
 
 # ---- SIGKILL and restart -------------------------------------------------------------------
 def _comparable(f: dict[str, Any]) -> tuple:
-    return (
-        f["kind"],
-        f["status"],
-        f["severity"],
-        f["window_start"],
-        json.dumps(f["evidence"], sort_keys=True),
-    )
+    """What a live job and a replay must agree on. Not the evidence or window of the last
+    record: a firing finding is published again on material changes, and where a micro-batch
+    boundary cuts a window decides which evaluation crossed a step."""
+    return (f["kind"], f["status"], f["severity"], f["first_fired_at"])
 
 
 def sigkill_and_restart(

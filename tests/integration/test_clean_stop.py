@@ -193,7 +193,9 @@ def test_job_stops_cleanly_on_sigterm_to_its_group_and_resumes(
     resolved = wait_for(
         "the restarted job to resolve the leak's finding", lambda: _finding(t, "resolved")
     )
-    assert resolved["evidence"]["close_wait_count"] == 7
+    # The evidence of its last firing record: published on doubling, so more than half of 7.
+    assert 2 * resolved["evidence"]["close_wait_count"] > 7, resolved
+    assert resolved["change"] == "resolved" and resolved["last_seen_at"], resolved
     assert f"series state resumes after batch {state_commit} " in log2.read_text()
     _signal_group_and_check(p, log2, "job", signal.SIGINT)
 

@@ -405,17 +405,43 @@ def test_detect_all_maps_each_kind_to_its_finding():
     assert all(f.kind == kind for kind, f in found.items())
 
 
-def test_a_known_librarys_advice_ends_the_recommendation_and_is_carried():
-    fields = {"close_wait_count": 25, "close_wait_oldest_age_s": 400.0}
-    plain = detect_all(make_agg(**fields), DEFAULT)["close_wait_buildup"]
-    old = make_agg(client_library="sarama", client_version="1.40.1", **fields)
-    f = detect_all(old, DEFAULT)["close_wait_buildup"]
+def test_a_known_librarys_advice_is_carried_and_ends_the_recommendation():
+    fields = {"sockets": {"ESTABLISHED": 1}, "max_idle_s": 4000.0}
+    plain = detect_all(make_agg(**fields), DEFAULT)["idle_zombie"]
+    java = make_agg(client_library="java", client_version="4.1.0", **fields)
+    f = detect_all(java, DEFAULT)["idle_zombie"]
     assert f.recommendation.startswith(plain.recommendation)
-    assert "1.48.0" in f.recommendation[len(plain.recommendation) :]  # the fixed release
-    assert (f.client_library, f.client_version) == ("sarama", "1.40.1")
-    assert f.to_dict()["client_library"] == "sarama"
+    assert len(f.recommendation) > len(plain.recommendation)
+    assert (f.client_library, f.client_version) == ("java", "4.1.0")
+    assert f.to_dict()["client_library"] == "java"
     unknown = make_agg(client_library="unknown", **fields)
-    assert detect_all(unknown, DEFAULT)["close_wait_buildup"].recommendation == plain.recommendation
+    assert detect_all(unknown, DEFAULT)["idle_zombie"].recommendation == plain.recommendation
+
+
+@pytest.mark.parametrize(
+    ("library", "version", "says", "never"),
+    [
+        (None, None, "a known leak in Sarama and kafka-rust", ""),
+        ("unknown", None, "a known leak in Sarama and kafka-rust", ""),
+        ("sarama", "1.40.1", "lacks the leak fixes", "kafka-rust"),
+        ("java", "4.1.0", "stops calling poll()", "Sarama"),
+        ("librdkafka", "2.6.0", "is not expected", "Sarama"),
+        ("kafka-go", "0.4.47", "kafka.Conn", "Sarama"),
+    ],
+)
+def test_close_wait_advice_leads_with_the_identified_librarys_cause(library, version, says, never):
+    agg = make_agg(
+        client_library=library,
+        client_version=version,
+        close_wait_count=25,
+        close_wait_oldest_age_s=400.0,
+    )
+    advice = detect_all(agg, DEFAULT)["close_wait_buildup"].recommendation
+    first, _, rest = advice.partition("Restarting the process releases the sockets.")
+    assert rest, advice  # the cause, then what releases the sockets
+    assert says in first, advice
+    assert not never or never not in advice
+    assert advice.count(says) == 1
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,8 @@ def test_renderer_matches_the_collector(clock) -> None:
     odd = aggregate(side="broker", app="kafka-broker", peer_host="10.0.0.7", host='we"ird\\h')
     handle(store, "aggregates", b"b", odd, "x")
     handle(store, "aggregates", b"c", aggregate(host="c", close_wait_slope_per_s=None), "x")
-    handle(store, "findings", b"f", finding(), "x")
+    fired = finding(updated=clock.t, change="fired", first_fired_at="t0")
+    handle(store, "findings", b"f", fired, "x")
     handle(store, "job_status", b"j", status(), "x")
     handle(store, "aggregates", b"d", aggregate(host="over-the-limit"), "x")
     handle(store, "aggregates", b"bad", b"nope", "x")
@@ -55,6 +56,8 @@ def test_renderer_matches_the_collector(clock) -> None:
     assert "connmon_job_host_clock_offset_seconds{" + job + ',host="web-9"}' not in fast
     assert f'connmon_job_host_late_events_total{{{job},host="web-9"}} 12.0' in fast
     assert f'connmon_job_host_skewed_events_total{{{job},host="web-7"}} 5520.0' in fast
+    fired = 'connmon_findings_fired_total{kind="close_wait_buildup",severity="critical"} 1.0'
+    assert fired in fast
 
 
 def test_client_library_info_matches_the_collector(clock) -> None:

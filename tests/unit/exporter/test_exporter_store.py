@@ -7,6 +7,7 @@ import random
 from streaming.exporter.consumer import handle
 from streaming.exporter.samples import NOW, aggregate, finding, status
 from streaming.exporter.store import Store
+from streaming.schema.times import iso
 
 
 def _feed(store: Store, ends: list[int]) -> None:
@@ -118,3 +119,41 @@ def test_versions_change_with_contents_only(clock) -> None:
     assert c.aggregates_version != b.aggregates_version
     assert c.findings_version != b.findings_version
     assert Store().snapshot().aggregates_version != c.aggregates_version  # unique per store
+
+
+def test_findings_fired_since_start_are_counted_once_by_kind_and_severity(clock) -> None:
+    start = clock.t
+    store = Store(clock=clock)
+    fired = {"change": "fired", "first_fired_at": iso(start - 600)}
+    # Read from the beginning at start: a finding that fired before is not counted again.
+    handle(store, "findings", b"a", finding(updated=start - 600, **fired), "x")
+    clock.t += 10
+    handle(store, "findings", b"b", finding(updated=clock.t, host="web-2", **fired), "x")
+    # The same firing again (a batch the job ran twice), a heartbeat, the resolution: not fires.
+    handle(store, "findings", b"b", finding(updated=clock.t + 1, host="web-2", **fired), "x")
+    beat = {"change": "heartbeat", "first_fired_at": fired["first_fired_at"]}
+    handle(store, "findings", b"b", finding(updated=clock.t + 2, host="web-2", **beat), "x")
+    done = {"change": "resolved", "status": "resolved"}
+    handle(store, "findings", b"b", finding(updated=clock.t + 3, host="web-2", **done), "x")
+    # Fired and resolved between two scrapes: counted though never active in a snapshot.
+    again = {"change": "fired", "first_fired_at": iso(clock.t), "severity": "warning"}
+    handle(store, "findings", b"b", finding(updated=clock.t + 4, host="web-2", **again), "x")
+    handle(store, "findings", b"b", finding(updated=clock.t + 5, host="web-2", **done), "x")
+    snap = store.snapshot()
+    assert snap.fired == {
+        ("close_wait_buildup", "critical"): 1,
+        ("close_wait_buildup", "warning"): 1,
+    }
+    assert [f.labels[1] for f in snap.findings] == ["web-1"]
+
+
+def test_at_the_limit_a_quiet_firing_finding_outlives_newer_series(clock) -> None:
+    """A firing finding is written again only on change or heartbeat (every 300 s), so it is
+    older than the aggregates written every window; what goes stale first makes way."""
+    store = Store(clock=clock, series_limit=3, staleness_s=600, finding_staleness_s=1800)
+    handle(store, "findings", b"f", finding(updated=clock.t - 400, host="quiet"), "x")
+    _feed(store, [0, 1, 30])  # newer than the finding; h0 goes stale first
+    snap = store.snapshot()
+    assert [f.labels[1] for f in snap.findings] == ["quiet"]
+    assert _hosts(store) == {"h1", "h30"}
+    assert snap.dropped == 1

@@ -75,6 +75,7 @@ def test_config_file_then_cli_then_set(tmp_path):
         ("jobs: {}\n", "config"),
         ("kafka:\n  kafka.security.protocol: SSL\n", "kafka.kafka.security.protocol"),
         ("detectors:\n  window_s: 60\n  idle_churn_window_s: 30\n", "detectors.idle_churn"),
+        ("detectors:\n  finding_heartbeat_s: 0\n", "detectors.finding_heartbeat_s: must be"),
     ],
 )
 def test_wrong_file_setting_is_named(tmp_path, text, setting):

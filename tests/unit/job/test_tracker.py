@@ -48,7 +48,49 @@ def test_fires_once_then_republishes_only_on_change():
     t = tracker()
     assert statuses(t.process([leak(0)], {})) == [("close_wait_buildup", "firing", "05:00")]
     assert t.process([leak(0)], {}).findings == []  # same window, same evidence
-    assert statuses(t.process([leak(0, n=4)], {})) == [("close_wait_buildup", "firing", "05:00")]
+    assert t.process([leak(0, n=5)], {}).findings == []  # 3 -> 5: less than double
+    again = t.process([leak(0, n=6)], {}).findings  # 3 -> 6: doubled since the last record
+    assert [(f.change, f.evidence["close_wait_count"]) for f in again] == [("evidence", 6)]
+
+
+def test_a_held_leak_is_published_on_fire_changes_and_heartbeats_only():
+    """An hour of a leak growing by one socket a minute (its oldest age by 60 s): one record
+    when it fires, one per doubling of the count or the age, one per heartbeat without either,
+    not one per window."""
+    t = tracker()
+    published = []
+    for minute in range(59):
+        w = agg(minute, close_wait_count=minute + 1, close_wait_oldest_age_s=60.0 * (minute + 1))
+        published += t.process([w], {}).findings
+    changes = [f.change for f in published]
+    # count 1, 2, 4, 8 and age 60 .. 480 s double together (doubling counts from the last
+    # record, heartbeats included); 20 sockets: critical
+    assert changes.count("fired") == 1
+    assert changes.count("severity") == 1
+    assert 3 <= changes.count("evidence") <= 6
+    assert len(published) <= 1 + 1 + 6 + 59 // 5  # fire + severity + doublings + heartbeats
+    assert len(published) < 59 // 2
+    heartbeats = [f for f in published if f.change == "heartbeat"]
+    assert heartbeats, changes
+    before = {f.window_end: f for f in published}
+    for h in heartbeats:
+        earlier = max(e for e in before if e < h.window_end)
+        assert epoch(h.window_end) - epoch(earlier) >= CFG.finding_heartbeat_s
+    assert {f.first_fired_at for f in published} == {"2026-11-21T05:00:00.000Z"}
+    assert all(f.last_seen_at == f.window_end for f in published)
+
+
+def test_a_resolved_record_says_when_the_finding_fired_and_was_last_seen():
+    t = tracker()
+    t.process([leak(0)], {})
+    t.process([leak(1)], {})  # held, nothing new: no record
+    t.process([agg(2)], {})
+    done = t.process([agg(3)], {}).findings
+    assert [(f.status, f.change, f.first_fired_at, f.last_seen_at) for f in done] == [
+        ("resolved", "resolved", "2026-11-21T05:00:00.000Z", "2026-11-21T05:02:00.000Z")
+    ]
+    again = t.process([leak(4)], {}).findings  # fires anew: its own first_fired_at
+    assert [(f.change, f.first_fired_at) for f in again] == [("fired", "2026-11-21T05:04:00.000Z")]
 
 
 def test_a_finding_is_published_again_once_its_window_names_the_client_library():
@@ -88,8 +130,8 @@ def test_hysteresis_fires_after_k_windows_and_resolves_after_m_quiet_ones():
     # It flaps: two quiet windows, held again, then three quiet windows.
     assert t.process([agg(4)], {}).findings == []
     assert t.process([agg(5)], {}).findings == []
-    # Still the same firing finding, updated to its newest window: never resolved in between.
-    assert statuses(t.process([leak(6)], {})) == [("close_wait_buildup", "firing", "05:06")]
+    # Still the same firing finding, nothing new to say: never resolved in between.
+    assert t.process([leak(6)], {}).findings == []
     assert t.process([agg(7)], {}).findings == []
     assert t.process([agg(8)], {}).findings == []
     assert statuses(t.process([agg(9)], {})) == [("close_wait_buildup", "resolved", "05:09")]
