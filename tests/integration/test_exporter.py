@@ -23,6 +23,7 @@ from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT
 from streaming.mixin.promql import grafana_to_promql, metric_names
 from streaming.mixin.rules import recording_rules
+from streaming.schema.times import iso
 from streaming.stack.ports import free_port
 
 # `python -m streaming.cli` would load the CLI module twice (as __main__ and as streaming.cli),
@@ -179,7 +180,7 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
         [
             (
                 b"close_wait_buildup|client:web-1:orders-consumer|local|2",
-                samples.finding(updated=now),
+                samples.finding(updated=now, change="fired", first_fired_at=iso(now - 60)),
             ),
             (
                 b"idle_churn|client:web-1:orders-consumer|local|2",
@@ -235,6 +236,19 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
     host_labels = 'job_id="connmon-job",query="aggregates",host="web-9"'
     exporter.wait_for(f"connmon_job_host_clock_offset_seconds{{{host_labels}}} -150.0")
     assert f"connmon_job_host_late_events_total{{{host_labels}}} 12.0" in exporter.scrape()
+
+    # Fired before the exporter started: not counted again; fired since: counted.
+    storm = "connection_storm|client:web-2:orders-consumer|local|2"
+    later = time.time()
+    fired = {"change": "fired", "first_fired_at": iso(later - 60)}
+    _produce(
+        kafka_cluster.bootstrap_servers,
+        topics["findings"],
+        [(storm.encode(), samples.finding(updated=later, kind="connection_storm", **fired))],
+    )
+    text = exporter.wait_for('connmon_findings_fired_total{kind="connection_storm"')
+    assert _sample(text, "connmon_findings_fired_total", kind="connection_storm") == 1
+    assert _sample(text, "connmon_findings_fired_total", kind="close_wait_buildup") is None
 
     prom = prometheus_factory([f"127.0.0.1:{exporter.port}"], _rule_files(tmp_path))
     prom.wait_for('connmon_close_wait_sockets{host="web-1"} == 25', timeout_s=60)
