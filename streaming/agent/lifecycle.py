@@ -90,6 +90,7 @@ class Meta:
     namespace: str | None = None
     client_library: str | None = None  # client side only
     client_version: str | None = None
+    client_library_evidence: str | None = None  # streaming.schema.clients.LIBRARY_EVIDENCE
 
     @property
     def broker(self) -> str:
@@ -149,6 +150,7 @@ def meta_fields(m: Meta) -> dict[str, Any]:
         "namespace": m.namespace,
         "client_library": m.client_library,
         "client_version": m.client_version,
+        "client_library_evidence": m.client_library_evidence,
     }
 
 
@@ -522,7 +524,7 @@ class SocketLifecycles:
                     used_idle, used_active = idle, active
             unused += any_unused
         idles = [t.idle_s for t in members if t.idle_s is not None]
-        library, version = _library_of(members)
+        library, version, evidence = _library_of(members)
         return {
             "kind": "summary",
             "cluster": cluster,
@@ -546,18 +548,20 @@ class SocketLifecycles:
             "interval_s": interval_s,
             "client_library": library,
             "client_version": version,
+            "client_library_evidence": evidence,
         }
 
 
-def _library_of(members: list[Tracked]) -> tuple[str | None, str | None]:
-    """The client library and version most of a group's sockets belong to (identified ones
-    first: a group mixing an unidentified process with a known one is named by the known)."""
+def _library_of(members: list[Tracked]) -> tuple[str | None, str | None, str | None]:
+    """The client library, version and evidence most of a group's sockets belong to
+    (identified ones first: a group mixing an unidentified process with a known one is named
+    by the known)."""
     votes = Counter(
-        (t.meta.client_library, t.meta.client_version)
+        (t.meta.client_library, t.meta.client_version, t.meta.client_library_evidence)
         for t in members
         if t.meta.client_library is not None
     )
     if not votes:
-        return None, None
+        return None, None, None
     best = max(votes.items(), key=lambda kv: (kv[0][0] != UNKNOWN_LIBRARY, kv[1], kv[0][1] or ""))
     return best[0]

@@ -33,6 +33,7 @@ from streaming.agent.metrics import AgentMetrics
 from streaming.agent.pods import PodDirectory, PodSource
 from streaming.agent.procs import ProcessTable, ProcInfo
 from streaming.agent.records import CLOSE, TIME_WAIT, SocketRecord
+from streaming.schema.clients import evidence_of
 from streaming.schema.events import TCP_STATES
 
 log = logging.getLogger(__name__)
@@ -351,6 +352,7 @@ class Agent:
             namespace=info.pod.namespace if info and info.pod else None,
             client_library=lib.name if lib else None,
             client_version=lib.version if lib else None,
+            client_library_evidence=evidence_of(lib.source) if lib else None,
         )
 
     def _library(self, info: ProcInfo | None) -> ClientLibrary:

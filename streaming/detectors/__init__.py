@@ -68,7 +68,9 @@ def detect_all(
     found: dict[str, Finding] = {}
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
-            extra = library_advice(kind, f.side, f.client_library, f.client_version)
+            extra = library_advice(
+                kind, f.side, f.client_library, f.client_version, f.client_library_evidence
+            )
             if extra and extra not in f.recommendation:  # else the detector placed it
                 f.recommendation = f"{f.recommendation} {extra}"
             found[kind] = f

@@ -26,12 +26,16 @@ def doubled_or_halved(last: Any, new: Any) -> bool:
     return new >= 2 * last if new > last else 2 * new <= last
 
 
+def _library(f: Finding) -> tuple[str | None, ...]:
+    return (f.client_library, f.client_version, f.client_library_evidence)
+
+
 def change(last: Finding, new: Finding, heartbeat_s: float) -> str | None:
     """Why ``new`` should be published after ``last`` (the last published record of the same
     key), or None. One of ``CHANGES`` from ``streaming.schema.findings``."""
     if new.severity != last.severity:
         return "severity"
-    if (new.client_library, new.client_version) != (last.client_library, last.client_version):
+    if _library(new) != _library(last):
         return "library"
     if new.recommendation != last.recommendation:
         return "advice"

@@ -64,7 +64,9 @@ def _client_advice(agg: Aggregate, cfg: DetectorConfig) -> str:
     """The cause first: the identified library's own (its leak, its threads), else the usual
     suspects of any library; then what releases the sockets."""
     remedy = _CLIENT_REMEDY.format(broker_idle=cfg.broker_idle_expiry_s * 1000)
-    own = library_advice(KIND, agg.side, agg.client_library, agg.client_version)
+    own = library_advice(
+        KIND, agg.side, agg.client_library, agg.client_version, agg.client_library_evidence
+    )
     if own:
         return f"{_CLIENT_CAUSE}. {own} {remedy}"
     return f"{_CLIENT_CAUSE}{_UNKNOWN_LIBRARY_CAUSE}. {remedy}"

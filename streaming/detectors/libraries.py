@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streaming.schema.clients import CLIENT_LIBRARIES, OTHER_VERSION, version_label, version_tuple
+from streaming.schema.clients import (
+    CLIENT_LIBRARIES,
+    OTHER_VERSION,
+    proven,
+    version_label,
+    version_tuple,
+)
 
 Version = tuple[int, ...] | None
 # Advice that depends on the wording of the library's name or on its version:
@@ -532,12 +538,15 @@ RULES: dict[str, dict[str, Rule]] = {
 }
 
 
-def library_advice(kind: str, side: str, library: str | None, version: str | None) -> str:
+def library_advice(
+    kind: str, side: str, library: str | None, version: str | None, evidence: str | None = None
+) -> str:
     """One or two sentences specific to the identified library for a finding of ``kind``
-    (streaming.schema.findings.KINDS), appended after the generic recommendation; "" when
-    the library is unknown or has nothing specific to say. Settings named exactly as the
-    library spells them, with defaults; fixed releases cited."""
-    if side != "client" or library not in CLIENT_LIBRARIES:
+    (streaming.schema.findings.KINDS); "" when the library is unknown, not proven in use
+    (``evidence`` "installed": a package beside the process says nothing of what it runs) or
+    has nothing specific to say. Settings named exactly as the library spells them, with
+    defaults; fixed releases cited."""
+    if side != "client" or library not in CLIENT_LIBRARIES or not proven(evidence):
         return ""
     rule = RULES.get(kind, {}).get(library)
     if rule is None:

@@ -46,6 +46,9 @@ MAX_FIELDS = (
     "broker_endpoint",
     "client_library",
     "client_version",
+    # Names ordered so that the larger is proof of use when two processes of a series disagree
+    # ("installed" loses to "loaded" and "runtime"; against "classpath" it wins: no advice).
+    "client_library_evidence",
     "summary_last_t",
     "summary_interval_s",
     "idle_at_close_max_s",

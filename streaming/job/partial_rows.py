@@ -141,6 +141,7 @@ class PartialRows:
             F.when(valid, F.col("broker_endpoint")).alias("broker_endpoint"),
             F.when(known, F.col("client_library")).alias("client_library"),
             F.when(known, F.col("client_version")).alias("client_version"),
+            F.when(known, F.col("client_library_evidence")).alias("client_library_evidence"),
             F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
             F.col("reason"),
         ]

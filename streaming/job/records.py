@@ -61,6 +61,7 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         cluster=row.get("cluster"),
         client_library=row.get("client_library"),
         client_version=row.get("client_version"),
+        client_library_evidence=row.get("client_library_evidence"),
         window_start=iso(row["window_start_s"]),
         window_end=iso(row["window_end_s"]),
         window_s=window_s,

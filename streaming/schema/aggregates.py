@@ -123,6 +123,7 @@ class Aggregate:
     # The client's library and version (client side, when the agent identified it).
     client_library: str | None = None
     client_version: str | None = None
+    client_library_evidence: str | None = None  # streaming.schema.clients.LIBRARY_EVIDENCE
 
     # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).

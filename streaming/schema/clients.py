@@ -21,6 +21,38 @@ CLIENT_LIBRARIES = (
     "kafka-rust",  # the kafka crate
 )
 UNKNOWN_LIBRARY = "unknown"  # the agent found no evidence
+# How the agent knows the library, strongest first (``client_library_evidence``): its code is
+# in the process (a mapped shared object, a jar the JVM holds open, linked into the executable);
+# it is on the JVM's class path; the process is a JVM (every JVM client is kafka-clients); or
+# only that it is installed where the process runs (a package beside its interpreter or script:
+# pure Python and JavaScript leave no trace of being loaded). Only the first three prove use.
+LIBRARY_EVIDENCE = ("loaded", "classpath", "runtime", "installed")
+PROVEN_EVIDENCE = frozenset(LIBRARY_EVIDENCE[:3])
+# The agent's identification sources (``ClientLibrary.source``) by evidence level.
+_EVIDENCE_OF_SOURCE = {
+    "maps": "loaded",
+    "fd": "loaded",
+    "buildinfo": "loaded",
+    "rodata": "loaded",
+    "symbols": "loaded",
+    "jar": "classpath",
+    "cmdline": "classpath",
+    "jvm": "runtime",
+    "package": "installed",
+}
+
+
+def evidence_of(source: str) -> str | None:
+    """The evidence level of an identification source; None for none (an unknown library)."""
+    return _EVIDENCE_OF_SOURCE.get(source)
+
+
+def proven(evidence: str | None) -> bool:
+    """Whether library-specific advice may be given: the library is known to be in use. A
+    record from an agent that does not say (null) counts as proof, as it always did."""
+    return evidence is None or evidence in PROVEN_EVIDENCE
+
+
 OTHER_LIBRARY = "other"  # a name this version does not know (a newer agent's)
 OTHER_VERSION = "other"
 

@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.schema.clients import CLIENT_LIBRARIES, UNKNOWN_LIBRARY
+from streaming.schema.clients import CLIENT_LIBRARIES, LIBRARY_EVIDENCE, UNKNOWN_LIBRARY
 
 SCHEMA_VERSION = 1
 # Hard limits of the contract. A record over MAX_EVENT_BYTES is rejected unread; a string field
@@ -172,6 +172,15 @@ FIELDS: tuple[Field, ...] = (
         "client_version",
         "string",
         "Version of client_library as the library states it, null when not found.",
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
+    ),
+    Field(
+        "client_library_evidence",
+        "string",
+        "How the agent knows client_library: "
+        + ", ".join(LIBRARY_EVIDENCE)
+        + " (loaded code, the JVM's class path, a JVM, or only installed where the process "
+        "runs); null when unknown or from an older agent.",
         kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),

@@ -60,6 +60,7 @@ class Finding:
     updated_at: str | None = None
     client_library: str | None = None
     client_version: str | None = None
+    client_library_evidence: str | None = None  # how the agent knows the library
     # Event time: start of the window the finding fired in, end of the newest window it held in.
     first_fired_at: str | None = None
     last_seen_at: str | None = None
@@ -109,6 +110,7 @@ class Finding:
             cluster=agg.cluster,
             client_library=agg.client_library,
             client_version=agg.client_version,
+            client_library_evidence=agg.client_library_evidence,
         )
 
     def to_dict(self) -> dict[str, Any]:

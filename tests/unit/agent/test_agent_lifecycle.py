@@ -339,3 +339,18 @@ def test_an_extra_that_reopens_a_lost_connection_is_a_used_one() -> None:
     )
     est = [x for x in t.summaries(85.0, 15.0) if x["state"] == "ESTABLISHED"]
     assert (est[0]["dup_unused_processes"], est[0]["dup_used_max_idle_s"]) == (0, 25.0)
+
+
+def test_events_and_summaries_say_how_the_library_is_known() -> None:
+    known = Meta(
+        "prod", "client", "orders", 2, "kafka-2:9092", pid=300,
+        client_library="kafka-python", client_version="2.0.2",
+        client_library_evidence="installed",
+    )  # fmt: skip
+    t = SocketLifecycles()
+    (ev,) = t.update(0.0, [(rec(ESTABLISHED, 40010, 7), known)])
+    assert ev["client_library_evidence"] == "installed"
+    _valid([ev])
+    (s,) = t.summaries(0.0, 15.0)
+    lib = (s["client_library"], s["client_version"], s["client_library_evidence"])
+    assert lib == ("kafka-python", "2.0.2", "installed")

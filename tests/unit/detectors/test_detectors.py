@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -416,6 +417,31 @@ def test_a_known_librarys_advice_is_carried_and_ends_the_recommendation():
     assert f.to_dict()["client_library"] == "java"
     unknown = make_agg(client_library="unknown", **fields)
     assert detect_all(unknown, DEFAULT)["idle_zombie"].recommendation == plain.recommendation
+
+
+@pytest.mark.parametrize("kind", ["close_wait_buildup", "idle_zombie"])
+def test_a_library_only_installed_where_the_process_runs_gives_no_advice_of_its_own(kind):
+    """A plain Python process with raw sockets, in a virtualenv where kafka-python is
+    installed: the agent names the package, but nothing shows it is loaded."""
+    fields = {
+        "close_wait_count": 3,
+        "close_wait_oldest_age_s": 400.0,
+        "sockets": {"ESTABLISHED": 1},
+        "max_idle_s": 4000.0,
+    }
+    installed = make_agg(
+        client_library="kafka-python",
+        client_version="2.0.2",
+        client_library_evidence="installed",
+        **fields,
+    )
+    loaded = dataclasses.replace(installed, client_library_evidence="loaded")
+    unknown = make_agg(**fields)
+    quiet = detect_all(installed, DEFAULT)[kind]
+    assert "kafka-python" not in quiet.recommendation
+    assert quiet.recommendation == detect_all(unknown, DEFAULT)[kind].recommendation
+    assert quiet.client_library_evidence == "installed"  # the finding still says what is known
+    assert "kafka-python" in detect_all(loaded, DEFAULT)[kind].recommendation
 
 
 @pytest.mark.parametrize(

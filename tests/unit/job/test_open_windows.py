@@ -178,11 +178,17 @@ def test_a_window_is_named_by_the_library_its_identified_events_carry():
     rows = ow.apply(
         [
             part(events=3),  # unattributed sockets (TIME_WAIT) carry no library
-            part(events=2, client_library="sarama", client_version="1.43.2"),
+            part(
+                events=2,
+                client_library="sarama",
+                client_version="1.43.2",
+                client_library_evidence="loaded",
+            ),
         ]
     ).rows
     agg = to_aggregate(rows[0], 60.0)
     assert (agg.client_library, agg.client_version) == ("sarama", "1.43.2")
+    assert agg.client_library_evidence == "loaded"
     assert agg.to_dict()["client_library"] == "sarama"
     restored = OpenWindows(window_s=60, watermark_s=30)
     restored.load_state(json.loads(json.dumps(ow.to_state())))
