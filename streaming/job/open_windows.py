@@ -46,8 +46,9 @@ MAX_FIELDS = (
     "broker_endpoint",
     "client_library",
     "client_version",
-    # Names ordered so that the larger is proof of use when two processes of a series disagree
-    # ("installed" loses to "loaded" and "runtime"; against "classpath" it wins: no advice).
+    # Two processes of a series that disagree keep the larger name: "installed" loses to
+    # "loaded" and "runtime", and wins against "classpath" and "declared" (no advice, the safe
+    # side).
     "client_library_evidence",
     "summary_last_t",
     "summary_interval_s",

@@ -23,11 +23,13 @@ CLIENT_LIBRARIES = (
 UNKNOWN_LIBRARY = "unknown"  # the agent found no evidence
 # How the agent knows the library, strongest first (``client_library_evidence``): its code is
 # in the process (a mapped shared object, a jar the JVM holds open, linked into the executable);
-# it is on the JVM's class path; the process is a JVM (every JVM client is kafka-clients); or
-# only that it is installed where the process runs (a package beside its interpreter or script:
-# pure Python and JavaScript leave no trace of being loaded). Only the first three prove use.
-LIBRARY_EVIDENCE = ("loaded", "classpath", "runtime", "installed")
-PROVEN_EVIDENCE = frozenset(LIBRARY_EVIDENCE[:3])
+# it is on the JVM's class path; the application's own manifest declares it (a Node script's
+# package.json beside the node_modules it loads from); the process is a JVM (every JVM client is
+# kafka-clients); or only that it is installed where the process runs (a package beside its
+# interpreter or script: pure Python and JavaScript leave no trace of being loaded). All but the
+# last prove use.
+LIBRARY_EVIDENCE = ("loaded", "classpath", "declared", "runtime", "installed")
+PROVEN_EVIDENCE = frozenset(LIBRARY_EVIDENCE[:4])
 # The agent's identification sources (``ClientLibrary.source``) by evidence level.
 _EVIDENCE_OF_SOURCE = {
     "maps": "loaded",
@@ -37,6 +39,7 @@ _EVIDENCE_OF_SOURCE = {
     "symbols": "loaded",
     "jar": "classpath",
     "cmdline": "classpath",
+    "manifest": "declared",
     "jvm": "runtime",
     "package": "installed",
 }

@@ -179,8 +179,8 @@ FIELDS: tuple[Field, ...] = (
         "string",
         "How the agent knows client_library: "
         + ", ".join(LIBRARY_EVIDENCE)
-        + " (loaded code, the JVM's class path, a JVM, or only installed where the process "
-        "runs); null when unknown or from an older agent.",
+        + " (loaded code, the JVM's class path, the application's own manifest, a JVM, or only "
+        "installed where the process runs); null when unknown or from an older agent.",
         kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
     ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),

@@ -17,6 +17,7 @@ from streaming.schema.clients import LIBRARY_EVIDENCE, evidence_of, proven
         ("rodata", "loaded"),
         ("jar", "classpath"),
         ("cmdline", "classpath"),
+        ("manifest", "declared"),  # the app's package.json names it beside its node_modules
         ("jvm", "runtime"),
         ("package", "installed"),  # a dist-info or node_modules package beside the process
         ("", None),

@@ -33,6 +33,7 @@ from streaming.agent.libraries.model import (
     ClientLibrary,
 )
 from streaming.agent.libraries.packages import (
+    declares,
     dist_info_version,
     node_script,
     package_json_version,
@@ -148,7 +149,12 @@ class ProcessEvidence(ProcessFiles):
             for package, name in (("kafkajs", "kafkajs"), ("node-rdkafka", "librdkafka")):
                 text = self._read_small(pid, f"{modules}/{package}/package.json")
                 if text is not None:
-                    return ClientLibrary(name, package_json_version(text), "package")
+                    # The application's own manifest beside node_modules naming the library
+                    # is its declared dependency, not just a package lying around.
+                    manifest = self._read_small(pid, f"{folder.rstrip('/')}/package.json")
+                    own = manifest is not None and declares(manifest, package)
+                    source = "manifest" if own else "package"
+                    return ClientLibrary(name, package_json_version(text), source)
         return None
 
     def _site_dirs(self, info: ProcInfo, maps: MapsEvidence) -> list[str]:

@@ -12,7 +12,8 @@ from streaming.schema.clients import UNKNOWN_LIBRARY
 class ClientLibrary:
     name: str  # one of streaming.schema.clients.CLIENT_LIBRARIES, or UNKNOWN_LIBRARY
     version: str | None  # as the library states it, without a leading "v"
-    # Where it came from: fd, cmdline, jar, jvm, maps, buildinfo, package, rodata, symbols.
+    # Where it came from: fd, cmdline, jar, jvm, maps, buildinfo, manifest, package, rodata,
+    # symbols (streaming.schema.clients maps each to an evidence level).
     source: str = ""
 
 

@@ -43,6 +43,18 @@ def package_json_version(text: str) -> str | None:
     return clean_version(version) if isinstance(version, str) else None
 
 
+def declares(manifest: str, package: str) -> bool:
+    """Whether an application's package.json lists ``package`` among its dependencies."""
+    try:
+        data = json.loads(manifest)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    sections = ("dependencies", "optionalDependencies", "peerDependencies")
+    return any(isinstance(data.get(s), dict) and package in data[s] for s in sections)
+
+
 def dist_info_version(names: Iterable[str], project: str) -> str | None:
     """The installed version of a Python project from a site-packages listing
     (``kafka_python-3.0.12.dist-info``, ``kafka_python-2.0.2-py3.11.egg-info``)."""

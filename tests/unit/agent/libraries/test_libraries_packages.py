@@ -9,7 +9,12 @@ import pytest
 from library_fakes import FakeProc, write
 
 from streaming.agent.libraries import UNKNOWN, ClientLibrary, LibraryIdentifier
-from streaming.agent.libraries.packages import dist_info_version, node_script, package_json_version
+from streaming.agent.libraries.packages import (
+    declares,
+    dist_info_version,
+    node_script,
+    package_json_version,
+)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +75,38 @@ def test_identify_kafkajs_from_working_directory(tree: tuple[Path, Path]) -> Non
     p.link("cwd", "/app/dist")
     got = LibraryIdentifier(str(proc)).identify(p.info(["node", "-e", "require('./server')"]))
     assert got == ClientLibrary("kafkajs", "2.1.0", "package")
+
+
+def test_a_kafkajs_the_apps_own_package_json_declares_is_a_declared_dependency(
+    tree: tuple[Path, Path],
+) -> None:
+    proc, fs = tree
+    _kafkajs_app(fs)
+    manifest = {"name": "orders", "dependencies": {"kafkajs": "^2.2.4"}}
+    write(fs / "app" / "package.json", json.dumps(manifest))
+    p = FakeProc(proc, 604, fs)
+    got = LibraryIdentifier(str(proc)).identify(p.info(["node", "/app/dist/server.js"]))
+    assert got == ClientLibrary("kafkajs", "2.2.4", "manifest")
+    # A manifest that does not name it (a package another dependency pulled in): installed.
+    write(fs / "app" / "package.json", json.dumps({"dependencies": {"express": "4"}}))
+    q = FakeProc(proc, 605, fs)
+    got = LibraryIdentifier(str(proc)).identify(q.info(["node", "/app/dist/server.js"]))
+    assert got == ClientLibrary("kafkajs", "2.2.4", "package")
+
+
+@pytest.mark.parametrize(
+    ("manifest", "declared"),
+    [
+        ('{"dependencies": {"kafkajs": "2.2.4"}}', True),
+        ('{"optionalDependencies": {"kafkajs": "*"}}', True),
+        ('{"devDependencies": {"kafkajs": "2.2.4"}}', False),
+        ('{"dependencies": ["kafkajs"]}', False),
+        ("not json", False),
+        ("[]", False),
+    ],
+)
+def test_declares(manifest: str, declared: bool) -> None:
+    assert declares(manifest, "kafkajs") is declared
 
 
 def test_identify_node_rdkafka_package_and_nothing(tree: tuple[Path, Path]) -> None:
