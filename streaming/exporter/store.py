@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming.exporter.parse import Aggregate, Finding, JobStatus, SeriesLabels
+from streaming.schema.findings import KINDS
 
 ROLES = ("aggregates", "findings", "job_status")
 
@@ -243,7 +244,9 @@ class Store:
                 old = self._findings.get(key)
                 # A batch the job ran again publishes its firing again: count it once.
                 if old is None or old.first_fired_at != finding.first_fired_at:
-                    self.fired[(finding.kind, finding.severity)] += 1
+                    # Kinds this version does not know share one label value: bounded.
+                    kind = finding.kind if finding.kind in KINDS else "other"
+                    self.fired[(kind, finding.severity)] += 1
             if not finding.firing:
                 if key in self._findings:
                     self._remove("findings", key)
