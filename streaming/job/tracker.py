@@ -39,8 +39,9 @@ from streaming.schema.findings import Finding, finding_key, finding_key_tail
 from streaming.schema.times import epoch, iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
-# What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend) plus
-# identity; the checkpointed history keeps only these.
+# What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend), the
+# library a later window may carry forward, plus identity; the checkpointed history keeps only
+# these.
 HISTORY_FIELDS = (
     *SERIES_FIELDS,
     "window_start",
@@ -56,6 +57,9 @@ HISTORY_FIELDS = (
     "reopen_idle_min_s",
     "reopen_idle_max_s",
     "closes_broker_drop",
+    "client_library",
+    "client_version",
+    "client_library_evidence",
 )
 
 
@@ -169,6 +173,8 @@ class Tracker:
 
     def _update(self, agg: Aggregate, out: Output) -> None:
         windows = self.history.setdefault(agg.series, [])
+        if agg.client_library is None:
+            _carry_library(agg, windows)
         newest = windows[-1].window_start if windows else None
         windows[:] = [w for w in windows if w.window_start != agg.window_start] + [agg]
         windows.sort(key=lambda w: w.window_start)
@@ -298,6 +304,18 @@ class Tracker:
 
 
 _history_values = operator.attrgetter(*HISTORY_FIELDS)
+
+
+def _carry_library(agg: Aggregate, windows: list[Aggregate]) -> None:
+    """A window none of whose events named the client library (only sockets of no process, a
+    close) keeps the library its series' earlier windows named: the process did not change
+    library, and a finding (its advice) must not flip between the library's and none."""
+    for w in reversed(windows):
+        if w.window_start < agg.window_start and w.client_library is not None:
+            agg.client_library = w.client_library
+            agg.client_version = w.client_version
+            agg.client_library_evidence = w.client_library_evidence
+            return
 
 
 @functools.lru_cache(maxsize=256)

@@ -346,3 +346,26 @@ def test_with_the_default_resolve_time_the_same_client_would_flap():
     t = Tracker(CFG.replace(duplicate_resolve_after_s=0.0), clock=lambda a: a.window_end)
     events, _minute = _three_cycles(t)
     assert [e[1] for e in events].count("resolved") == 3
+
+
+def test_a_window_that_names_no_library_keeps_the_one_its_series_named():
+    """Only closes or sockets of no process in a window: the library is not forgotten, so the
+    finding and its advice do not flip between the library's and none (a record each time)."""
+    t = tracker()
+    java = {
+        "client_library": "java",
+        "client_version": "4.1.0",
+        "client_library_evidence": "loaded",
+    }
+    first = agg(0, close_wait_count=3, close_wait_oldest_age_s=200.0, **java)
+    fired = t.process([first], {}).findings
+    assert [(f.change, f.client_library) for f in fired] == [("fired", "java")]
+    quiet = agg(1, close_wait_count=3, close_wait_oldest_age_s=260.0)  # no library named
+    assert t.process([quiet], {}).findings == []
+    assert (quiet.client_library, quiet.client_version) == ("java", "4.1.0")
+    # Also after a restore from the checkpointed state.
+    restored = tracker()
+    restored.load_state(json.loads(json.dumps(t.to_state())))
+    later = agg(2, close_wait_count=3, close_wait_oldest_age_s=320.0)
+    assert restored.process([later], {}).findings == []
+    assert later.client_library == "java"
