@@ -36,6 +36,10 @@ _MODULES = (
 DETECTORS: dict[str, Detector] = {m.KIND: m.detect for m in _MODULES}
 # Per kind, the evidence whose doubling or halving is worth a new record (``changes``).
 HEADLINES: dict[str, tuple[str, ...]] = {m.KIND: m.HEADLINE for m in _MODULES}
+# Kinds whose detector words the library's advice into its recommendation itself.
+_OWN_LIBRARY_ADVICE = frozenset(
+    m.KIND for m in _MODULES if getattr(m, "PLACES_LIBRARY_ADVICE", False)
+)
 
 # Kinds whose findings wait longer than ``resolve_after_windows`` before resolving: seconds.
 RESOLVE_AFTER_S: dict[str, Callable[[DetectorConfig], float]] = {
@@ -68,10 +72,11 @@ def detect_all(
     found: dict[str, Finding] = {}
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
-            extra = library_advice(
-                kind, f.side, f.client_library, f.client_version, f.client_library_evidence
-            )
-            if extra and extra not in f.recommendation:  # else the detector placed it
-                f.recommendation = f"{f.recommendation} {extra}"
+            if kind not in _OWN_LIBRARY_ADVICE:
+                extra = library_advice(
+                    kind, f.side, f.client_library, f.client_version, f.client_library_evidence
+                )
+                if extra:
+                    f.recommendation = f"{f.recommendation} {extra}"
             found[kind] = f
     return found

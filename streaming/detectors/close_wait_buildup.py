@@ -18,6 +18,8 @@ from streaming.schema.times import epoch
 KIND = "close_wait_buildup"
 # Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
 HEADLINE = ("close_wait_count", "close_wait_oldest_age_s")
+# The identified library's sentence is placed by this detector (its cause comes first).
+PLACES_LIBRARY_ADVICE = True
 
 _CLIENT_CAUSE = "The broker closed these connections and the client process never closed its end"
 _UNKNOWN_LIBRARY_CAUSE = (
