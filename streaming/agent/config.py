@@ -101,6 +101,8 @@ class AgentConfig:
     apps: tuple[AppRule, ...] = ()
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     proc_root: str = "/proc"
+    # The host's cgroup mount: whether a process's cgroup is frozen (``pause``).
+    cgroup_root: str = "/sys/fs/cgroup"
     flush_timeout_s: float = 10.0
     metadata_timeout_s: float = 5.0
     # The checked form of the four TLS and basic-auth settings, password read.
@@ -128,6 +130,7 @@ _SCALARS: dict[str, Any] = {
     "ebpf": str,
     "network_namespaces": str,
     "proc_root": str,
+    "cgroup_root": str,
     "flush_timeout_s": float,
     "metadata_timeout_s": float,
 }

@@ -28,8 +28,9 @@ application answered within one scan interval (a healthy client) or a reset. Oth
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -468,10 +469,14 @@ class SocketLifecycles:
         return ev
 
     # ---- summaries ----------------------------------------------------------------------
-    def summaries(self, now: float, interval_s: float) -> list[dict]:
+    def summaries(
+        self, now: float, interval_s: float, paused: Callable[[int], str | None] | None = None
+    ) -> list[dict]:
         """One summary per (cluster, side, app, broker, peer_host, state) group with sockets now,
         plus a zero-count summary for each group that had sockets last time (so a drop is seen).
+        ``paused`` says how a pid is paused (``pause.PauseProbe.how``), asked once per pid.
         """
+        pause_of = functools.cache(paused) if paused is not None else None
         groups: dict[tuple, list[Tracked]] = {}
         for t in self.sockets.values():
             m = t.meta
@@ -480,10 +485,14 @@ class SocketLifecycles:
         out: list[dict] = []
         for key, members in groups.items():
             m = members[0].meta
-            out.append(self._summary(key, members, now, interval_s, m.broker_id, m.broker_endpoint))
+            out.append(
+                self._summary(
+                    key, members, now, interval_s, m.broker_id, m.broker_endpoint, pause_of
+                )
+            )
         for key, (broker_id, endpoint) in self._last_groups.items():
             if key not in groups:
-                out.append(self._summary(key, [], now, interval_s, broker_id, endpoint))
+                out.append(self._summary(key, [], now, interval_s, broker_id, endpoint, None))
         self._last_groups = {
             k: (ms[0].meta.broker_id, ms[0].meta.broker_endpoint) for k, ms in groups.items()
         }
@@ -497,6 +506,7 @@ class SocketLifecycles:
         interval_s: float,
         broker_id: int | None,
         broker_endpoint: str,
+        pause_of: Callable[[int], str | None] | None,
     ) -> dict:
         cluster, side, app, _broker, peer_host, state = key
         per_pid: dict[int, list[Tracked]] = {}
@@ -525,6 +535,9 @@ class SocketLifecycles:
             unused += any_unused
         idles = [t.idle_s for t in members if t.idle_s is not None]
         library, version, evidence = _library_of(members)
+        pauses = Counter(
+            how for pid in per_pid if pause_of is not None and (how := pause_of(pid)) is not None
+        )
         return {
             "kind": "summary",
             "cluster": cluster,
@@ -549,6 +562,8 @@ class SocketLifecycles:
             "client_library": library,
             "client_version": version,
             "client_library_evidence": evidence,
+            "paused_processes": sum(pauses.values()) or None,
+            "paused_how": max(pauses, key=lambda h: (pauses[h], h)) if pauses else None,
         }
 
 

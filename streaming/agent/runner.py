@@ -30,6 +30,7 @@ from streaming.agent.libraries import UNKNOWN as UNKNOWN_LIBRARY_ID
 from streaming.agent.libraries import ClientLibrary, LibraryIdentifier
 from streaming.agent.lifecycle import Meta, SocketLifecycles, meta_fields
 from streaming.agent.metrics import AgentMetrics
+from streaming.agent.pause import PauseProbe
 from streaming.agent.pods import PodDirectory, PodSource
 from streaming.agent.procs import ProcessTable, ProcInfo
 from streaming.agent.records import CLOSE, TIME_WAIT, SocketRecord
@@ -149,6 +150,7 @@ class Agent:
         self.procs = procs or ProcessTable(cfg.proc_root, PodDirectory(api=pod_source))
         self.namer = AppNamer(cfg.apps, parent_of=self.procs.info)
         self.libraries = libraries or LibraryIdentifier(cfg.proc_root)
+        self.pauses = PauseProbe(cfg.proc_root, cfg.cgroup_root)
         self.clock = clock
         self.started = clock()
         self.events = EventFactory(cfg.host, make_agent_id(cfg.host, self.started), clock)
@@ -391,7 +393,7 @@ class Agent:
     def summarize(self, now: float) -> int:
         """Summaries for every group plus the heartbeat."""
         n = 0
-        for fields in self.lifecycles.summaries(now, self.cfg.summary_interval_s):
+        for fields in self.lifecycles.summaries(now, self.cfg.summary_interval_s, self.pauses.how):
             self._emit(fields, now)
             n += 1
         opens, fails = procnet.read_tcp_counters(self.cfg.proc_root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from streaming.detectors.advice import paused, paused_note
 from streaming.detectors.config import DetectorConfig
 from streaming.detectors.libraries import library_advice
 from streaming.schema.aggregates import Aggregate
@@ -63,8 +64,11 @@ def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -
 
 
 def _client_advice(agg: Aggregate, cfg: DetectorConfig) -> str:
-    """The cause first: the identified library's own (its leak, its threads), else the usual
-    suspects of any library; then what releases the sockets."""
+    """The cause first: a paused process, else the identified library's own (its leak, its
+    threads), else the usual suspects of any library; then what releases the sockets."""
+    pause = paused(agg)
+    if pause:
+        return pause
     remedy = _CLIENT_REMEDY.format(broker_idle=cfg.broker_idle_expiry_s * 1000)
     own = library_advice(
         KIND, agg.side, agg.client_library, agg.client_version, agg.client_library_evidence
@@ -99,13 +103,15 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     if agg.side == "client":
         advice = _client_advice(agg, cfg)
     else:
-        advice = _BROKER_ADVICE.format(peer=agg.peer_host)
+        advice = paused(agg) or _BROKER_ADVICE.format(peer=agg.peer_host)
+    summary += paused_note(agg)
     evidence = {
         "close_wait_count": count,
         "close_wait_oldest_age_s": oldest,
         "close_wait_slope_per_s": slope,
         "grace_s": cfg.close_wait_grace_s,
         "closes_peer": agg.closes_peer,
+        **({"paused_processes": agg.paused_processes} if agg.paused_processes else {}),
     }
     return [
         Finding.for_series(

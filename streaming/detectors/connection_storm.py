@@ -6,13 +6,19 @@ timed-out connects that leave no socket at all (the host's TCP AttemptFails coun
 that creates a new Kafka client for every request looks alike, except that its connections
 succeed and it closes them itself. The recommendation follows which of these the window shows
 (``cause``).
+
+A burst of re-opens right after an outage is the clients recovering, not a new fault: when the
+client's process was paused in this window or the one before (it runs again and re-opens what
+the broker closed meanwhile), or the broker dropped or refused its connections in the window
+before and now accepts them (``recovering``). Such a window gives an ``info`` finding labelled
+recovery; a storm that outlasts it is judged by its cause again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streaming.detectors.advice import RAISE_BACKOFF
+from streaming.detectors.advice import RAISE_BACKOFF, paused_note
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import HOST_SERIES, Aggregate
 from streaming.schema.findings import Finding
@@ -65,6 +71,44 @@ def cause(agg: Aggregate, cfg: DetectorConfig) -> str:
             return PEER_CLOSES
     return UNKNOWN
 
+
+# Why a burst is recovery (``recovering``).
+RESUMED = "resumed"  # the client's process was paused in this window or the one before
+BROKER_BACK = "broker_back"  # the broker dropped or refused connections, and accepts them now
+_FAILING = (REFUSED, FAILED, UNANSWERED)
+
+
+def recovering(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate]) -> str | None:
+    """``RESUMED`` or ``BROKER_BACK`` when a client-side burst follows a pause or an outage
+    (this window, or the series' window just before it), else None. Connects that still
+    mostly fail are no recovery yet."""
+    before = [w for w in history if w.window_end == agg.window_start and w.same_series(agg)]
+    if agg.paused_processes or any(w.paused_processes for w in before):
+        return RESUMED
+    if cause(agg, cfg) in _FAILING:
+        return None
+    outage = agg.closes_broker_drop or any(
+        w.closes_broker_drop or w.connects_failed or w.syn_sent_count >= cfg.storm_syn_sent_count
+        for w in before
+    )
+    return BROKER_BACK if outage else None
+
+
+_RECOVERY = {
+    RESUMED: (
+        "its process resumed from a pause ({how}) and re-opens the connections the broker "
+        "closed meanwhile"
+    ),
+    BROKER_BACK: (
+        "broker {broker} came back after dropping or refusing its connections, and the client "
+        "re-opens them"
+    ),
+}
+_RECOVERY_ADVICE = (
+    "Recovery, not a new fault: a client re-opens every lost connection at once when it runs "
+    "again or its broker returns. Nothing to change if the rate falls within a window or two; "
+    "if it does not, this finding turns into a storm with its cause.{pause}"
+)
 
 _CLIENT_ADVICE = {
     REFUSED: (
@@ -141,6 +185,18 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
             "and no broker: look for the process whose log repeats connection failures (a "
             "stopped broker, a wrong listener or bootstrap.servers entry, or a service other "
             f"than Kafka); if it is a Kafka client, {RAISE_BACKOFF}."
+        )
+    elif agg.side == "client" and (back := recovering(agg, cfg, history)) is not None:
+        severity = "info"
+        summary = (
+            f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to broker "
+            f"{agg.broker}: "
+            + _RECOVERY[back].format(how=agg.paused_how or "paused", broker=agg.broker)
+            + "."
+            + paused_note(agg)
+        )
+        advice = _RECOVERY_ADVICE.format(
+            pause=" Find what paused the process." if back == RESUMED else ""
         )
     elif agg.side == "client":
         why = cause(agg, cfg)

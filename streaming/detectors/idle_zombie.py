@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from streaming.detectors.advice import paused, paused_note
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
@@ -27,6 +28,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         f"{agg.app} on {agg.host} keeps an ESTABLISHED connection to {toward} that has been "
         f"idle for {idle:.0f} s, longer than any idle timeout."
     )
+    summary += paused_note(agg)
     advice = (
         "Idle expiry is off on both sides: set the broker's connections.max.idle.ms back to a "
         f"finite value (default {cfg.broker_idle_expiry_s * 1000:.0f}) or set the client's "
@@ -34,9 +36,12 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         "librdkafka defaults to 0 = never) so idle connections are closed; SO_KEEPALIVE only "
         "detects dead peers, not idle ones."
     )
+    if agg.paused_processes:
+        advice = f"{paused(agg)} {advice}"
     evidence = {
         "max_idle_s": idle,
         "established": agg.sockets.get("ESTABLISHED", 0),
         "zombie_idle_s": cfg.zombie_idle_s,
+        **({"paused_processes": agg.paused_processes} if agg.paused_processes else {}),
     }
     return [Finding.for_series(agg, KIND, "warning", summary, advice, evidence)]

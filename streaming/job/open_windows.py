@@ -50,6 +50,10 @@ MAX_FIELDS = (
     # "loaded" and "runtime", and wins against "classpath" and "declared" (no advice, the safe
     # side).
     "client_library_evidence",
+    # Processes of the series paused at any summary of the window, and how (the larger name
+    # when two disagree).
+    "paused_processes",
+    "paused_how",
     "summary_last_t",
     "summary_interval_s",
     "idle_at_close_max_s",

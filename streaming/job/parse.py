@@ -153,7 +153,8 @@ def _fast_accepts(e: str) -> Column:
             for f in events.FIELDS
             if f.minimum == low and f.name != "schema"
         ]
-        conds.append(F.coalesce(F.least(*with_min), F.lit(low)) >= low)
+        lowest = F.least(*with_min) if len(with_min) > 1 else with_min[0]
+        conds.append(F.coalesce(lowest, F.lit(low)) >= low)
     for f in events.FIELDS:
         if f.enum and f.name != "kind":
             c = F.col(f"{e}.{f.name}")

@@ -4,7 +4,8 @@ A series is ``aggregates.SERIES_FIELDS``; heartbeats carry no series and form a
 host-level group (side, app and broker null) whose counters give the host's failed connects.
 Every statistic is mergeable (``open_windows`` merges batches), and every aggregation
 buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
-(broker endpoint, client library and version, the duplicate connection's 4-tuple) are
+(broker endpoint, client library and version, the duplicate connection's 4-tuple, how a
+process is paused) are
 grouping keys instead, and
 the merge folds their rows together. Rejected records form one group per reason (all other keys
 null), so one pass over the batch also counts the dead letters.
@@ -55,6 +56,7 @@ def _aggregations(cfg: DetectorConfig, t: Column, t_rel: Column) -> list[Column]
         F.max("broker_id").alias("broker_id"),
         F.max(F.when(summary, t)).alias("summary_last_t"),
         F.max(F.when(summary, F.col("interval_s"))).alias("summary_interval_s"),
+        F.max(F.when(summary, F.col("paused_processes"))).alias("paused_processes"),
     ]
     for state in SUMMARY_STATES:
         is_state = summary & (F.col("state") == state)
@@ -130,9 +132,8 @@ class PartialRows:
         t = micros / F.lit(1e6)
         t_rel = (micros - start_us) / F.lit(1e6)
         broker = F.coalesce(F.col("broker_id").cast("string"), F.col("broker_endpoint"))
-        dup_conn = F.when(
-            (F.col("kind") == "summary") & (F.col("state") == "ESTABLISHED"), F.col("dup_conn")
-        )
+        summary = F.col("kind") == "summary"
+        dup_conn = F.when(summary & (F.col("state") == "ESTABLISHED"), F.col("dup_conn"))
         # "unknown" is no evidence: a window with one identified event names the library.
         known = valid & (F.col("client_library") != F.lit(UNKNOWN_LIBRARY))
         self.keys = [
@@ -143,6 +144,7 @@ class PartialRows:
             F.when(known, F.col("client_version")).alias("client_version"),
             F.when(known, F.col("client_library_evidence")).alias("client_library_evidence"),
             F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
+            F.when(valid & summary, F.col("paused_how")).alias("paused_how"),
             F.col("reason"),
         ]
         self.aggs = _aggregations(cfg, t, t_rel)

@@ -124,6 +124,9 @@ class Aggregate:
     client_library: str | None = None
     client_version: str | None = None
     client_library_evidence: str | None = None  # streaming.schema.clients.LIBRARY_EVIDENCE
+    # Processes of the series the agent saw paused in the window, and how (events.PAUSES).
+    paused_processes: int = 0
+    paused_how: str | None = None
 
     # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).

@@ -42,6 +42,8 @@ TCP_STATES = {
 }
 STATE_NAMES = tuple(TCP_STATES.values())
 CLOSED_BY = ("local", "peer", "unknown")
+# How a process is paused: stopped by a signal, stopped by its tracer, frozen by its cgroup.
+PAUSES = ("stopped", "traced", "frozen")
 OPEN_REASONS = ("new", "initial")  # "initial": already open when the agent started
 # Why a connect failed (the socket went from SYN_SENT straight to CLOSE): refused (RST: nothing
 # listens), timeout (no answer), unreachable (ICMP host/network unreachable), aborted (the
@@ -367,6 +369,21 @@ FIELDS: tuple[Field, ...] = (
         "Idle seconds of the busiest socket of that socket's process in this group.",
         kinds=("summary",),
         minimum=0,
+    ),
+    Field(
+        "paused_processes",
+        "long",
+        "Processes of the group that are paused now (stopped by a signal or a tracer, or "
+        "frozen by their cgroup); absent when none is.",
+        kinds=("summary",),
+        minimum=1,
+    ),
+    Field(
+        "paused_how",
+        "string",
+        "How most of those processes are paused.",
+        kinds=("summary",),
+        enum=PAUSES,
     ),
     Field(
         "interval_s",

@@ -5,7 +5,6 @@ no kafka-python advice. Real agent, real broker, real Spark replay."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_helpers import agent_writing, events_in
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.pipeline import replay
@@ -37,12 +37,6 @@ def _venv_with_kafka_python(where: Path) -> Path:
     if r.returncode != 0:
         pytest.skip(f"kafka-python could not be installed from PyPI: {r.stderr[-400:]}")
     return where / "bin" / "python"
-
-
-def _events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def test_a_raw_socket_leak_beside_an_installed_kafka_python_gets_no_kafka_python_advice(
@@ -72,15 +66,7 @@ def test_a_raw_socket_leak_beside_an_installed_kafka_python_gets_no_kafka_python
     leak = subprocess.Popen(
         [str(python), "-c", LEAK, "127.0.0.1", str(port)], stdout=subprocess.PIPE, text=True
     )
-    agent = subprocess.Popen(
-        [
-            str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
-            "--output", str(out), "--interval", "0.5", "--summary-interval", "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
+    agent = agent_writing(cfg, out)
     try:
         assert leak.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 90
@@ -91,12 +77,12 @@ def test_a_raw_socket_leak_beside_an_installed_kafka_python_gets_no_kafka_python
                 and e["kind"] == "summary"
                 and e["state"] == "CLOSE_WAIT"
                 and e["oldest_state_age_s"] >= 6.0
-                for e in _events(out)
+                for e in events_in(out)
             )
 
         while not stuck() and time.monotonic() < deadline:
             time.sleep(1.0)
-        assert stuck(), f"no aged CLOSE_WAIT summary for {APP}: {_events(out)[-5:]}"
+        assert stuck(), f"no aged CLOSE_WAIT summary for {APP}: {events_in(out)[-5:]}"
     finally:
         leak.kill()
         leak.wait()
@@ -104,7 +90,7 @@ def test_a_raw_socket_leak_beside_an_installed_kafka_python_gets_no_kafka_python
         log, _ = agent.communicate(timeout=60)
     assert agent.returncode == 0, log[-3000:]
 
-    mine = [e for e in _events(out) if e.get("app") == APP]
+    mine = [e for e in events_in(out) if e.get("app") == APP]
     # (Summaries of a state the sockets left, and TIME_WAIT, carry no process: no library.)
     named = {
         (e["client_library"], e.get("client_library_evidence"))

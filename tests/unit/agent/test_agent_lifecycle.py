@@ -354,3 +354,30 @@ def test_events_and_summaries_say_how_the_library_is_known() -> None:
     (s,) = t.summaries(0.0, 15.0)
     lib = (s["client_library"], s["client_version"], s["client_library_evidence"])
     assert lib == ("kafka-python", "2.0.2", "installed")
+
+
+def test_summaries_count_the_groups_paused_processes() -> None:
+    t = SocketLifecycles()
+    other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
+    third = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=300)
+    t.update(
+        0.0,
+        [
+            (rec(ESTABLISHED, 40000, 1), META),
+            (rec(ESTABLISHED, 40001, 2), META),
+            (rec(ESTABLISHED, 40002, 3), other),
+            (rec(ESTABLISHED, 40003, 4), third),
+        ],
+    )
+    asked: list[int] = []
+
+    def how(pid: int) -> str | None:
+        asked.append(pid)
+        return {100: "stopped", 200: "frozen"}.get(pid)
+
+    (s,) = t.summaries(0.0, 15.0, how)
+    assert (s["paused_processes"], s["paused_how"]) == (2, "stopped")
+    assert sorted(asked) == [100, 200, 300]  # once per process, not per socket
+    _valid([s])
+    (running,) = t.summaries(5.0, 15.0, lambda pid: None)
+    assert running["paused_processes"] is None and running["paused_how"] is None
