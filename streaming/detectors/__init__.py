@@ -61,6 +61,20 @@ def hysteresis_windows(cfg: DetectorConfig) -> int:
     return max(cfg.fire_after_windows, *(resolve_windows(k, cfg) for k in DETECTORS))
 
 
+def fold(found: dict[str, Finding], firing: Callable[[str], bool]) -> dict[str, Finding]:
+    """One cause, one finding: an idle_churn that holds while duplicate_connections holds or
+    is firing (``firing(kind)``) for the same series is the extra client's churn, folded into
+    the duplicate_connections finding (or dropped while that one is quiet but still firing)."""
+    churn = found.get(idle_churn.KIND)
+    dup = duplicate_connections.KIND
+    if churn is None or (dup not in found and not firing(dup)):
+        return found
+    del found[idle_churn.KIND]
+    if dup in found:
+        duplicate_connections.take_churn(found[dup], churn)
+    return found
+
+
 def detect_all(
     agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()
 ) -> dict[str, Finding]:

@@ -21,6 +21,10 @@ What an extra connection can be, and what connmon makes of it:
 A rarely used client's connection is idle below the threshold just after each use, and its
 idle expiry reaps it between uses: the finding resolves only after
 ``duplicate_resolve_after_s`` without holding, so it does not flap.
+
+That reaping and re-opening is idle churn (idle_churn) with the same cause. While this finding
+holds or fires, a churn of its series is that extra client's (the busy connection is never
+idle long enough to be reaped), so it is reported once, here (``take_churn``).
 """
 
 from __future__ import annotations
@@ -74,3 +78,15 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         "duplicate_idle_s": cfg.duplicate_idle_s,
     }
     return [Finding.for_series(agg, KIND, "info", summary, advice, evidence)]
+
+
+def take_churn(dup: Finding, churn: Finding) -> None:
+    """Fold an idle_churn finding of the same series into ``dup``: the extra client's idle
+    connection is what the timer closes and the client re-opens."""
+    cycles = churn.evidence.get("cycles")
+    dup.evidence["idle_churn_cycles"] = cycles
+    dup.summary += (
+        f" That client's connection is closed when idle and re-opened ({cycles} times in "
+        f"{churn.evidence.get('window_s', 0) / 60:.0f} min)."
+    )
+    dup.recommendation += f" While the extra client stays: {churn.recommendation}"

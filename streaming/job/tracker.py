@@ -31,7 +31,13 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from streaming.detectors import DETECTORS, detect_all, hysteresis_windows, resolve_windows
+from streaming.detectors import (
+    DETECTORS,
+    detect_all,
+    fold,
+    hysteresis_windows,
+    resolve_windows,
+)
 from streaming.detectors.changes import change
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
@@ -57,6 +63,10 @@ HISTORY_FIELDS = (
     "reopen_idle_min_s",
     "reopen_idle_max_s",
     "closes_broker_drop",
+    # What tells a reconnect burst from recovery after a pause or an outage (connection_storm).
+    "paused_processes",
+    "connects_failed",
+    "syn_sent_count",
     "client_library",
     "client_version",
     "client_library_evidence",
@@ -218,7 +228,10 @@ class Tracker:
         if agg.app in CONNMON_APPS and not self.cfg.include_connmon:
             return {}
         earlier = [w for w in windows if w.window_start < agg.window_start]
-        return detect_all(agg, self.cfg, earlier)
+        return fold(
+            detect_all(agg, self.cfg, earlier),
+            lambda kind: self._key(agg, kind) in self.findings,
+        )
 
     def _record_held(self, agg: Aggregate, found: dict[str, Finding]) -> None:
         self.held.setdefault(agg.series, {})[agg.window_start] = sorted(found)

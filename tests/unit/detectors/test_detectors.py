@@ -501,3 +501,87 @@ def test_libraries_with_several_connections_per_client_are_one_client(
 def test_config_replace_rejects_unknown_names():
     with pytest.raises(ValueError, match="close_wait_grace"):
         DEFAULT.replace(close_wait_grace=1)
+
+
+# ---- paused processes --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [
+        ("stopped", "stopped by a signal"),
+        ("traced", "stopped by its tracer"),
+        ("frozen", "frozen by its cgroup"),
+    ],
+)
+def test_a_paused_process_is_the_cause_of_its_close_wait_not_the_library(how, says):
+    agg = make_agg(
+        close_wait_count=3,
+        close_wait_oldest_age_s=300.0,
+        paused_processes=1,
+        paused_how=how,
+        client_library="sarama",
+        client_version="1.40.0",
+        client_library_evidence="loaded",
+    )
+    (f,) = detect_all(agg, CFG).values()
+    assert f.kind == "close_wait_buildup"
+    assert says in f.recommendation.replace("held stopped", "stopped")
+    assert f.recommendation.startswith("The client process was paused")
+    assert "Sarama" not in f.recommendation and "never closed its end" not in f.recommendation
+    assert f.summary.endswith(
+        f"Its process was {how.replace('traced', 'stopped by a tracer')} in this window."
+    )
+    assert f.evidence["paused_processes"] == 1
+    running = dataclasses.replace(agg, paused_processes=0, paused_how=None)
+    (g,) = detect_all(running, CFG).values()
+    assert "Sarama" in g.recommendation and "paused" not in g.recommendation
+
+
+def test_a_paused_process_leads_its_idle_zombie_advice():
+    agg = make_agg(max_idle_s=4000.0, paused_processes=2, paused_how="frozen")
+    (f,) = idle_zombie.detect(agg, CFG)
+    assert f.recommendation.startswith("2 of the client's processes were paused")
+    assert "connections.max.idle.ms" in f.recommendation
+
+
+# ---- connection_storm: recovery ----------------------------------------------------------------
+# A burst of connections the client opens and closes itself: "a new client per request" on its own.
+_BURST = {"opens": 60, "short_lived": 50, "closes_local": 50}
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "expected"),
+    [
+        # the process was paused in this window, or in the one just before
+        ({}, {"paused_processes": 1, "paused_how": "stopped"}, "resumed"),
+        ({"paused_processes": 1, "paused_how": "traced"}, {}, "resumed"),
+        # the broker dropped busy connections, or refused connects, in the window before
+        ({"closes_broker_drop": 4}, {}, "broker_back"),
+        ({"connects_failed": 30, "connects_refused": 30}, {}, "broker_back"),
+        ({"syn_sent_count": 12}, {}, "broker_back"),
+        ({}, {"closes_broker_drop": 2}, "broker_back"),
+        # nothing before: the burst is judged by its cause
+        ({}, {}, None),
+        # connects still mostly refused: the outage goes on
+        ({"closes_broker_drop": 4}, {"connects_failed": 60, "connects_refused": 60}, None),
+    ],
+)
+def test_a_burst_right_after_a_pause_or_an_outage_is_recovery(before, now, expected):
+    history = [make_agg(4, **before)]
+    agg = make_agg(5, **{**_BURST, **now})
+    assert connection_storm.recovering(agg, CFG, history) == expected
+    (f,) = connection_storm.detect(agg, CFG, history)
+    if expected is None:
+        assert f.severity != "info" and "Recovery" not in f.recommendation
+    else:
+        assert f.severity == "info" and f.recommendation.startswith("Recovery, not a new fault")
+        assert "new client per request" not in f.summary
+
+
+def test_recovery_lasts_one_window_after_the_pause():
+    paused = make_agg(3, paused_processes=1, paused_how="stopped")
+    history = [paused, make_agg(4)]
+    (f,) = connection_storm.detect(make_agg(5, **_BURST), CFG, history)
+    assert f.severity == "warning" and "a new client per request" in f.summary
+    other = make_agg(4, app="billing", paused_processes=1)  # another series' pause
+    (g,) = connection_storm.detect(make_agg(5, **_BURST), CFG, [other])
+    assert g.severity == "warning"

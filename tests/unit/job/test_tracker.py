@@ -369,3 +369,58 @@ def test_a_window_that_names_no_library_keeps_the_one_its_series_named():
     later = agg(2, close_wait_count=3, close_wait_oldest_age_s=320.0)
     assert restored.process([later], {}).findings == []
     assert later.client_library == "java"
+
+
+def _reaped_second_client(minute: int) -> Aggregate:
+    """A second client in the process, used once every 10 min: its connection idles until the
+    broker's idle reaper closes it at 540 s, and the client re-opens one at its next use."""
+    phase = minute % 10
+    fields: dict[str, Any] = {
+        "sockets": {"ESTABLISHED": 2},
+        "dup_processes": 1,
+        "dup_used_max_idle_s": phase * 60.0,
+        "dup_used_active_idle_s": 0.5,
+    }
+    if phase == 0 and minute:
+        fields.update(
+            opens=1,
+            closes_after_idle=1,
+            closes_after_idle_peer=1,
+            reopens_after_idle=1,
+            reopen_idle_min_s=540.0,
+            reopen_idle_max_s=540.0,
+            idle_at_close_max_s=540.0,
+        )
+    return agg(minute, **fields)
+
+
+def _run(t: Tracker, minutes: int = 45) -> list:
+    out = []
+    for minute in range(minutes):
+        out += t.process([_reaped_second_client(minute)], {}).findings
+    return out
+
+
+def test_an_extra_clients_idle_churn_is_one_finding_with_the_duplicate():
+    records = _run(tracker())
+    assert {f.kind for f in records} == {"duplicate_connections"}
+    folded = [f for f in records if "idle_churn_cycles" in f.evidence]
+    assert folded and folded[0].evidence["idle_churn_cycles"] >= 2
+    assert "re-opened" in folded[0].summary
+    assert "connections.max.idle.ms" in folded[0].recommendation
+    # Without the duplicate finding the same windows are idle churn.
+    alone = _run(Tracker(CFG.replace(duplicate_idle_s=1e9), clock=lambda a: a.window_end))
+    assert {f.kind for f in alone} == {"idle_churn"}
+
+
+def test_the_fold_survives_a_restore():
+    t = tracker()
+    _run(t, 21)
+    restored = tracker()
+    restored.load_state(json.loads(json.dumps(t.to_state())))
+    later = [
+        f.kind
+        for minute in range(21, 45)
+        for f in restored.process([_reaped_second_client(minute)], {}).findings
+    ]
+    assert set(later) <= {"duplicate_connections"}
