@@ -92,6 +92,7 @@ class Meta:
     client_library: str | None = None  # client side only
     client_version: str | None = None
     client_library_evidence: str | None = None  # streaming.schema.clients.LIBRARY_EVIDENCE
+    process_role: str | None = None  # streaming.schema.clients.PROCESS_ROLES
 
     @property
     def broker(self) -> str:
@@ -152,6 +153,7 @@ def meta_fields(m: Meta) -> dict[str, Any]:
         "client_library": m.client_library,
         "client_version": m.client_version,
         "client_library_evidence": m.client_library_evidence,
+        "process_role": m.process_role,
     }
 
 
@@ -562,6 +564,7 @@ class SocketLifecycles:
             "client_library": library,
             "client_version": version,
             "client_library_evidence": evidence,
+            "process_role": _role_of(members),
             "paused_processes": sum(pauses.values()) or None,
             "paused_how": max(pauses, key=lambda h: (pauses[h], h)) if pauses else None,
         }
@@ -580,3 +583,9 @@ def _library_of(members: list[Tracked]) -> tuple[str | None, str | None, str | N
         return None, None, None
     best = max(votes.items(), key=lambda kv: (kv[0][0] != UNKNOWN_LIBRARY, kv[1], kv[0][1] or ""))
     return best[0]
+
+
+def _role_of(members: list[Tracked]) -> str | None:
+    """The role most of a group's sockets' processes have (None: applications)."""
+    votes = Counter(t.meta.process_role for t in members if t.meta.process_role is not None)
+    return max(votes, key=lambda r: (votes[r], r)) if votes else None

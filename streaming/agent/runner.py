@@ -355,6 +355,7 @@ class Agent:
             client_library=lib.name if lib else None,
             client_version=lib.version if lib else None,
             client_library_evidence=evidence_of(lib.source) if lib else None,
+            process_role=lib.role if lib else None,
         )
 
     def _library(self, info: ProcInfo | None) -> ClientLibrary:

@@ -14,6 +14,11 @@ What an extra connection can be, and what connmon makes of it:
 - a library that splits one client's requests over several connections per broker (franz-go
   up to five, KafkaJS two, see ``libraries.connections_per_client``): a process holding no
   more than that is one client, whatever their idle times: no finding;
+- one of Kafka's own processes (``process_role``): a broker's replica fetchers
+  (``num.replica.fetchers`` per broker pair) next to its transaction-marker and
+  partition-verification channels, a Connect worker's group, config, offset and status clients
+  and a client or two per task, MirrorMaker's per flow, a Streams thread's consumer, producer,
+  restore consumer and admin client: several clients per process by design: no finding;
 - every connection of the process to the broker idle (the process stalled, or its connections
   leak): nothing here tells extras apart; close_wait_buildup and idle_zombie speak for it, and
   CLOSE_WAIT toward the broker defers to close_wait_buildup.
@@ -52,6 +57,8 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         return []  # the whole process is quiet toward this broker: stalled or leaking
     if agg.close_wait_count > 0:
         return []  # connections the application does not close: close_wait_buildup
+    if agg.process_role is not None:
+        return []  # Kafka's own process: several clients by design
     per_client = connections_per_client(agg.client_library, agg.client_version)
     if per_client > 1 and (agg.established_max_per_process or 0) <= per_client:
         return []  # one client of this library splits its requests over that many sockets

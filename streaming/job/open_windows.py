@@ -50,6 +50,7 @@ MAX_FIELDS = (
     # "loaded" and "runtime", and wins against "classpath" and "declared" (no advice, the safe
     # side).
     "client_library_evidence",
+    "process_role",
     # Processes of the series paused at any summary of the window, and how (the larger name
     # when two disagree).
     "paused_processes",

@@ -5,7 +5,7 @@ host-level group (side, app and broker null) whose counters give the host's fail
 Every statistic is mergeable (``open_windows`` merges batches), and every aggregation
 buffer is fixed-width so Spark plans a code-generated ``HashAggregate``: the few string values
 (broker endpoint, client library and version, the duplicate connection's 4-tuple, how a
-process is paused) are
+process is paused, its role) are
 grouping keys instead, and
 the merge folds their rows together. Rejected records form one group per reason (all other keys
 null), so one pass over the batch also counts the dead letters.
@@ -145,6 +145,7 @@ class PartialRows:
             F.when(known, F.col("client_library_evidence")).alias("client_library_evidence"),
             F.when(valid, dup_conn).alias(flat_col("ESTABLISHED", "dup_conn")),
             F.when(valid & summary, F.col("paused_how")).alias("paused_how"),
+            F.when(valid, F.col("process_role")).alias("process_role"),
             F.col("reason"),
         ]
         self.aggs = _aggregations(cfg, t, t_rel)

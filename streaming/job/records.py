@@ -62,6 +62,7 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         client_library=row.get("client_library"),
         client_version=row.get("client_version"),
         client_library_evidence=row.get("client_library_evidence"),
+        process_role=row.get("process_role"),
         paused_processes=int(row.get("paused_processes") or 0),
         paused_how=row.get("paused_how"),
         window_start=iso(row["window_start_s"]),

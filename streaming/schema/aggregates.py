@@ -124,6 +124,7 @@ class Aggregate:
     client_library: str | None = None
     client_version: str | None = None
     client_library_evidence: str | None = None  # streaming.schema.clients.LIBRARY_EVIDENCE
+    process_role: str | None = None  # streaming.schema.clients.PROCESS_ROLES
     # Processes of the series the agent saw paused in the window, and how (events.PAUSES).
     paused_processes: int = 0
     paused_how: str | None = None

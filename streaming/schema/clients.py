@@ -56,6 +56,13 @@ def proven(evidence: str | None) -> bool:
     return evidence is None or evidence in PROVEN_EVIDENCE
 
 
+# Kafka's own processes, whose several clients per process are by design: a broker (its
+# replica fetchers and inter-broker channels), a KRaft controller, a Kafka Connect worker (its
+# group, config, offset and status clients, and a producer or consumer per task), MirrorMaker
+# (a consumer and a producer per flow), a Kafka Streams application (a consumer, a producer,
+# a restore consumer and an admin client per thread). Null: an application.
+PROCESS_ROLES = ("broker", "controller", "connect", "mirrormaker", "streams")
+
 OTHER_LIBRARY = "other"  # a name this version does not know (a newer agent's)
 OTHER_VERSION = "other"
 

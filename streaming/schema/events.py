@@ -15,7 +15,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.schema.clients import CLIENT_LIBRARIES, LIBRARY_EVIDENCE, UNKNOWN_LIBRARY
+from streaming.schema.clients import (
+    CLIENT_LIBRARIES,
+    LIBRARY_EVIDENCE,
+    PROCESS_ROLES,
+    UNKNOWN_LIBRARY,
+)
 
 SCHEMA_VERSION = 1
 # Hard limits of the contract. A record over MAX_EVENT_BYTES is rejected unread; a string field
@@ -184,6 +189,15 @@ FIELDS: tuple[Field, ...] = (
         + " (loaded code, the JVM's class path, the application's own manifest, a JVM, or only "
         "installed where the process runs); null when unknown or from an older agent.",
         kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
+    ),
+    Field(
+        "process_role",
+        "string",
+        "Client side: the owning process is one of Kafka's own ("
+        + ", ".join(PROCESS_ROLES)
+        + "), which run several clients by design; null for an application.",
+        kinds=_SOCKET_KINDS + ("summary",) + _COUNTED,
+        enum=PROCESS_ROLES,
     ),
     Field("conn", "string", "Socket 4-tuple 'laddr:lport->raddr:rport'.", kinds=_SOCKET_KINDS),
     Field("inode", "long", "Socket inode (0 for TIME_WAIT).", kinds=_SOCKET_KINDS),

@@ -61,6 +61,7 @@ class Finding:
     client_library: str | None = None
     client_version: str | None = None
     client_library_evidence: str | None = None  # how the agent knows the library
+    process_role: str | None = None  # one of Kafka's own processes (clients.PROCESS_ROLES)
     # Event time: start of the window the finding fired in, end of the newest window it held in.
     first_fired_at: str | None = None
     last_seen_at: str | None = None
@@ -111,6 +112,7 @@ class Finding:
             client_library=agg.client_library,
             client_version=agg.client_version,
             client_library_evidence=agg.client_library_evidence,
+            process_role=agg.process_role,
         )
 
     def to_dict(self) -> dict[str, Any]:

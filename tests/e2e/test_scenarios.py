@@ -322,3 +322,21 @@ def test_a_stopped_broker_is_notified_and_holds_back_the_storm_it_causes(scenari
     time.sleep(15)  # past the group wait: a storm notification, were it not held back, is out
     sent = [a for n in hook.notifications() for a in n["alerts"] if caused(a["labels"])]
     assert sent == [], sent
+
+
+# How long the brokers are watched before their own processes are judged: longer than the
+# duplicate finding's quiet time and a few of the main cluster's idle-expiry cycles.
+BROKERS_WATCHED_S = 600.0
+
+
+def test_kafkas_own_brokers_get_no_finding(scenario_session) -> None:
+    """The session's brokers (three of them in one cluster, replicating to each other) are Kafka
+    clients of each other: their processes are named kafka-broker, their sockets are counted,
+    and for at least ten minutes they raise no finding."""
+    session = scenario_session
+    _wait(session, BROKERS_WATCHED_S, lambda: False)
+    prom = session.components.prometheus
+    q = 'count(connmon_sockets{side="client", app="kafka-broker"})'
+    assert prom.wait_for(q, timeout_s=60), f"{q}: the brokers' own connections were not seen"
+    own = session.findings.ever_fired(None, "kafka-broker", "client")
+    assert own == [], own

@@ -16,7 +16,7 @@ from streaming.agent.libraries.golang import (
     read_go_buildinfo,
 )
 from streaming.agent.libraries.jars import (
-    java_classpath,
+    java_command,
     java_version_from_paths,
     kafka_version_in_jar,
     read_zip_directory,
@@ -41,6 +41,7 @@ from streaming.agent.libraries.packages import (
 )
 from streaming.agent.libraries.procfiles import ProcessFiles
 from streaming.agent.libraries.rdkafka import rdkafka_version_of
+from streaming.agent.libraries.roles import STREAMS, may_be_streams, role_of, streams_in_jar
 from streaming.agent.libraries.rust import from_rust_paths, read_rodata
 from streaming.agent.procs import ProcInfo
 
@@ -100,19 +101,21 @@ class ProcessEvidence(ProcessFiles):
     def _java(self, info: ProcInfo) -> ClientLibrary:
         pid = info.pid
         open_jars = self._open_jars(pid)
+        cmd = java_command(info.cmdline)
+        role = role_of(cmd, open_jars, lambda path: self._read_small(pid, path))
         version = java_version_from_paths(open_jars)
         if version:
-            return ClientLibrary("java", version, "fd")
-        classpath, main_jar = java_classpath(info.cmdline)
+            return ClientLibrary("java", version, "fd", role)
+        classpath, main_jar = cmd.classpath, cmd.jar
         version = java_version_from_paths([*classpath, main_jar])
         if version:
-            return ClientLibrary("java", version, "cmdline")
+            return ClientLibrary("java", version, "cmdline", role)
         for entry in classpath:
             if entry == "*" or entry.endswith("/*"):
                 folder = entry[:-1] or "."
                 version = java_version_from_paths(self._listdir(pid, folder))
                 if version:
-                    return ClientLibrary("java", version, "cmdline")
+                    return ClientLibrary("java", version, "cmdline", role)
         jars = [main_jar, *open_jars, *(p for p in classpath if p.endswith(".jar"))]
         budget = MAX_ZIP_BUDGET
         for jar in list(dict.fromkeys(j for j in jars if j))[:MAX_JARS]:
@@ -122,12 +125,14 @@ class ProcessEvidence(ProcessFiles):
                     if found is None:
                         continue
                     budget -= len(found[0])
+                    if role is None and may_be_streams(cmd.main_class) and streams_in_jar(found[0]):
+                        role = STREAMS
                     version = kafka_version_in_jar(f, *found)
             except (OSError, ValueError, struct.error, zlib.error):
                 continue
             if version:
-                return ClientLibrary("java", version, "jar")
-        return ClientLibrary("java", None, "jvm")
+                return ClientLibrary("java", version, "jar", role)
+        return ClientLibrary("java", None, "jvm", role)
 
     def _node(self, info: ProcInfo) -> ClientLibrary | None:
         pid = info.pid

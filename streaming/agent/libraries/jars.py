@@ -7,6 +7,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from streaming.agent.libraries.model import MAX_SMALL_FILE, MAX_ZIP_DIRECTORY
@@ -38,9 +39,20 @@ def java_version_from_paths(paths: Iterable[str | None]) -> str | None:
     return None
 
 
-def java_classpath(args: Sequence[str]) -> tuple[list[str], str | None]:
-    """Classpath entries and the ``-jar`` jar of a java command line (options after the main
-    class or jar belong to the program and are ignored)."""
+@dataclass(frozen=True, slots=True)
+class JavaCommand:
+    """What a java command line runs: classpath entries, the ``-jar`` jar or the main class,
+    and the program's own arguments."""
+
+    classpath: list[str]
+    jar: str | None
+    main_class: str | None
+    args: tuple[str, ...]
+
+
+def java_command(args: Sequence[str]) -> JavaCommand:
+    """A java command line's parts (options after the main class or jar belong to the
+    program)."""
     classpath: list[str] = []
     i = 1
     while i < len(args):
@@ -52,7 +64,8 @@ def java_classpath(args: Sequence[str]) -> tuple[list[str], str | None]:
             classpath.extend(p for p in a.split("=", 1)[1].split(":") if p)
             i += 1
         elif a == "-jar":
-            return classpath, args[i + 1] if i + 1 < len(args) else None
+            jar = args[i + 1] if i + 1 < len(args) else None
+            return JavaCommand(classpath, jar, None, tuple(args[i + 2 :]))
         elif a in ("-m", "--module") or a.startswith("--module="):
             break  # the main module; the program's arguments follow
         elif a in _JAVA_OPTS_WITH_VALUE:
@@ -60,8 +73,14 @@ def java_classpath(args: Sequence[str]) -> tuple[list[str], str | None]:
         elif a.startswith("-"):
             i += 1
         else:
-            break
-    return classpath, None
+            return JavaCommand(classpath, None, a, tuple(args[i + 1 :]))
+    return JavaCommand(classpath, None, None, ())
+
+
+def java_classpath(args: Sequence[str]) -> tuple[list[str], str | None]:
+    """Classpath entries and the ``-jar`` jar of a java command line."""
+    cmd = java_command(args)
+    return cmd.classpath, cmd.jar
 
 
 def properties_version(text: str) -> str | None:

@@ -15,6 +15,9 @@ class ClientLibrary:
     # Where it came from: fd, cmdline, jar, jvm, maps, buildinfo, manifest, package, rodata,
     # symbols (streaming.schema.clients maps each to an evidence level).
     source: str = ""
+    # The process's role among Kafka's own processes (streaming.schema.clients.PROCESS_ROLES),
+    # None for an application (roles.role_of).
+    role: str | None = None
 
 
 UNKNOWN = ClientLibrary(UNKNOWN_LIBRARY, None)

@@ -381,3 +381,15 @@ def test_summaries_count_the_groups_paused_processes() -> None:
     _valid([s])
     (running,) = t.summaries(5.0, 15.0, lambda pid: None)
     assert running["paused_processes"] is None and running["paused_how"] is None
+
+
+def test_a_summary_names_the_role_of_its_processes() -> None:
+    t = SocketLifecycles()
+    broker = Meta("prod", "client", "kafka-broker", 2, "kafka-2:9092", pid=7, process_role="broker")
+    t.update(0.0, [(rec(ESTABLISHED, 40000, 1), broker), (rec(ESTABLISHED, 40001, 2), broker)])
+    (s,) = t.summaries(0.0, 15.0)
+    assert s["process_role"] == "broker"
+    _valid([s])
+    app = SocketLifecycles()
+    app.update(0.0, [(rec(ESTABLISHED, 40000, 1), META)])
+    assert app.summaries(0.0, 15.0)[0]["process_role"] is None

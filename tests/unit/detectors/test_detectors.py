@@ -172,6 +172,14 @@ def _dup(**fields: Any) -> Aggregate:
             },
             [],
         ),
+        # Kafka's own processes run several clients by design
+        *[
+            (
+                {"dup_used_max_idle_s": 900.0, "dup_used_active_idle_s": 1.0, "process_role": r},
+                [],
+            )
+            for r in ("broker", "controller", "connect", "mirrormaker", "streams")
+        ],
         # broker side: every socket belongs to the broker process
         (
             {

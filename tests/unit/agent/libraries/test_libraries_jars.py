@@ -128,7 +128,9 @@ def test_identify_java_from_classpath(tree: tuple[Path, Path]) -> None:
     info = p.info(["/usr/bin/java", "-Xmx512m", "-cp",
                    "/opt/kafka/config:/opt/kafka/libs/kafka-clients-4.3.1.jar", "kafka.Kafka"],
                   exe="/usr/lib/jvm/java-17/bin/java")  # fmt: skip
-    assert LibraryIdentifier(str(proc)).identify(info) == ClientLibrary("java", "4.3.1", "cmdline")
+    assert LibraryIdentifier(str(proc)).identify(info) == ClientLibrary(
+        "java", "4.3.1", "cmdline", "broker"
+    )
 
 
 def test_identify_java_from_classpath_wildcard(tree: tuple[Path, Path]) -> None:
