@@ -124,12 +124,16 @@ class ProcessTable:
                 info = self._info[pid] = dataclasses.replace(info, pod=pod)
         return info
 
-    def remember(self, pid: int) -> None:
+    def remember(self, pid: int) -> ProcInfo | None:
         """Read a process's details now, before it may exit; ``info`` answers from them for
-        ``REMEMBER_S`` after it is gone. Safe from another thread (one dict assignment)."""
+        ``REMEMBER_S`` after it is gone. Returns what it read, None when it read them recently
+        (or the process is gone). Safe from another thread (one dict assignment)."""
         now = time.monotonic()
-        if pid not in self._early or self._early[pid][1] < now - REMEMBER_S / 2:
-            self._early[pid] = (self._read_info(pid), now)
+        if pid in self._early and self._early[pid][1] >= now - REMEMBER_S / 2:
+            return None
+        info = self._read_info(pid)
+        self._early[pid] = (info, now)
+        return info
 
     def _list_pids(self) -> list[int]:
         try:

@@ -161,7 +161,7 @@ class Agent:
         self.stop_event = threading.Event()
         self.ebpf = ebpf_collector
         if ebpf_collector is not None:
-            ebpf_collector.on_process = self.procs.remember
+            ebpf_collector.on_process = self._first_sight
         # Own-namespace mode: the kernel reports every namespace; only the agent's is kept.
         self._own_ns = (
             netns.read_ns(cfg.proc_root, "self") if cfg.network_namespaces == "own" else None
@@ -357,6 +357,14 @@ class Agent:
             client_library_evidence=evidence_of(lib.source) if lib else None,
             process_role=lib.role if lib else None,
         )
+
+    def _first_sight(self, pid: int) -> None:
+        """A process connects to a broker (eBPF, from its reader thread): read its details and
+        identify its client library now. A process that lives for one request is gone by the
+        next scan; both answers are kept for the scan that reports its connections."""
+        info = self.procs.remember(pid)
+        if info is not None:
+            self.libraries.identify(info)
 
     def _library(self, info: ProcInfo | None) -> ClientLibrary:
         """The client library of a client socket's process (``unknown`` when unattributed)."""

@@ -177,3 +177,80 @@ def client_pid(events: list[dict]) -> int:
     pids = {e["pid"] for e in events if e.get("app") == "ebpf-client" and e.get("pid")}
     assert len(pids) == 1, pids
     return pids.pop()
+
+
+# A client that lives for one request: a librdkafka producer that connects, sends one record and
+# exits, far within one scan.
+ONE_REQUEST = textwrap.dedent(
+    """
+    import sys
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 0})
+    p.produce(sys.argv[2], b"x")
+    assert p.flush(10) == 0
+    """
+)
+RUNS = 4
+
+
+def test_a_process_that_lives_for_one_request_is_identified_at_its_connect(
+    kafka_cluster_factory, tmp_path
+) -> None:
+    """Scans every 10 s hardly ever see these processes: their library is read when the kernel
+    reports their connect, so their connections still name librdkafka."""
+    cluster = kafka_cluster_factory()
+    port = cluster.nodes[0].port
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "host": "it-host",
+                "scan_interval_s": 10,
+                "summary_interval_s": 60,
+                "ebpf": "on",
+                "clusters": [{"name": "local", "endpoints": [f"1@127.0.0.1:{port}"]}],
+                "apps": [{"match": "connmon-one-request", "name": "one-request"}],
+            }
+        )
+    )
+    out = tmp_path / "events.jsonl"
+    log = tmp_path / "agent.log"
+    with log.open("w") as log_f:
+        agent = subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
+             "--output", str(out)],
+            stdout=log_f, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "eBPF collector attached" not in log.read_text():
+            assert agent.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        pids = []
+        for _ in range(RUNS):
+            run = subprocess.Popen(
+                [sys.executable, "-c", ONE_REQUEST, cluster.bootstrap_servers, "one-request",
+                 "connmon-one-request"],
+            )  # fmt: skip
+            assert run.wait(60) == 0
+            pids.append(run.pid)
+        # The kernel's counts are printed each second; the scan reports them.
+        deadline = time.monotonic() + 60
+        while {e.get("pid") for e in _events_of(out, "one-request")} < set(pids):
+            assert time.monotonic() < deadline, _events_of(out, "one-request")
+            time.sleep(1.0)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+    mine = _events_of(out, "one-request")
+    assert any(e["kind"] == "short_lived" for e in mine), mine
+    assert {(e["pid"], e.get("client_library")) for e in mine} == {
+        (pid, "librdkafka") for pid in pids
+    }
+
+
+def _events_of(path: Path, app: str) -> list[dict]:
+    if not path.exists():
+        return []
+    return [e for e in _events(path) if e.get("app") == app and e.get("side") == "client"]

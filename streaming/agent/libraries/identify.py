@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 from streaming.agent.libraries.evidence import ProcessEvidence
 from streaming.agent.libraries.maps import MapsEvidence, from_maps
@@ -37,6 +38,9 @@ class LibraryIdentifier(ProcessEvidence):
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = str(proc_root)
         self._cache: dict[tuple[int, int], ClientLibrary] = {}
+        # The eBPF reader thread identifies a process at its first connect (the scan, later):
+        # the cache is shared. Identification itself runs outside the lock.
+        self._lock = threading.Lock()
         self.identified = 0  # processes actually examined, for tests
 
     def identify(self, info: ProcInfo) -> ClientLibrary:
@@ -60,15 +64,17 @@ class LibraryIdentifier(ProcessEvidence):
             found = self._identify(info)
         except Exception:  # a malformed file of one process must not stop the agent's scan
             found = UNKNOWN
-        while len(self._cache) >= self.max_cache:
-            del self._cache[next(iter(self._cache))]
-        self._cache[key] = found
+        with self._lock:
+            while len(self._cache) >= self.max_cache:
+                del self._cache[next(iter(self._cache))]
+            self._cache[key] = found
         return found
 
     def forget(self, pid: int) -> None:
         """Drop the cached results of a pid (the process ended)."""
-        for key in [k for k in self._cache if k[0] == pid]:
-            del self._cache[key]
+        with self._lock:
+            for key in [k for k in self._cache if k[0] == pid]:
+                del self._cache[key]
 
     def _identify(self, info: ProcInfo) -> ClientLibrary:
         pid = info.pid
