@@ -88,14 +88,8 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
             }
         )
     )
-    out = tmp_path / "events.jsonl"
-    log = tmp_path / "agent.log"
-    with log.open("w") as log_f:
-        agent = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
-             "--output", str(out)],
-            stdout=log_f, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    out, log = tmp_path / "events.jsonl", tmp_path / "agent.log"
+    agent = _agent(cfg, out, log)
     try:
         deadline = time.monotonic() + 60
         # bpftrace attaches in the background, after the first scan.
@@ -173,6 +167,16 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
     assert max(ages) >= CLOSE_WAIT_HOLD_S - IDLE_REAP_MS / 1000 - 3.0, ages
 
 
+def _agent(cfg: Path, out: Path, log: Path) -> subprocess.Popen:
+    """The real agent with ``cfg``, its events to ``out`` and its log to ``log``."""
+    with log.open("w") as log_f:
+        return subprocess.Popen(
+            [str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
+             "--output", str(out)],
+            stdout=log_f, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 def client_pid(events: list[dict]) -> int:
     pids = {e["pid"] for e in events if e.get("app") == "ebpf-client" and e.get("pid")}
     assert len(pids) == 1, pids
@@ -213,14 +217,8 @@ def test_a_process_that_lives_for_one_request_is_identified_at_its_connect(
             }
         )
     )
-    out = tmp_path / "events.jsonl"
-    log = tmp_path / "agent.log"
-    with log.open("w") as log_f:
-        agent = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "connmon"), "agent", "--config", str(cfg),
-             "--output", str(out)],
-            stdout=log_f, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    out, log = tmp_path / "events.jsonl", tmp_path / "agent.log"
+    agent = _agent(cfg, out, log)
     try:
         deadline = time.monotonic() + 60
         while "eBPF collector attached" not in log.read_text():
