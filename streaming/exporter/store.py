@@ -1,9 +1,13 @@
 """The exporter's current values: latest aggregate per series, active findings, job progress.
 
-Bounded: at most ``series_limit`` entries (series + findings + job queries). At the limit the
-entries that go stale last are kept (event time, an aggregate's window end or a finding's update
-time, plus the staleness limit of its kind): a new entry that goes stale after the first one held
-replaces it, another is refused; both count as dropped. Job statuses are few and always kept.
+Bounded: at most ``series_limit`` entries (series + findings + job queries). At the limit,
+findings and the series they are about are kept before quiet series (those without a firing
+finding), and among quiet series the most recent ones: the quiet series with the oldest window
+end (ties: the smallest labels) makes way for a newer one or for a finding's, and a quiet
+series older than every quiet one held is refused. The order is the same whatever order the
+messages came in, so a restart at the limit serves the same set. Between findings and their
+series, the entry that goes stale first (event time plus its kind's staleness limit) makes way.
+Each refusal or eviction counts as dropped. Job statuses are few and always kept.
 Series not updated within the staleness limit are removed, so a client x broker pair that
 disappeared does not keep its last value forever. Thread-safe: the consumer thread writes, scrapes
 read a snapshot.
@@ -61,21 +65,21 @@ class Snapshot:
 class _ByTime:
     """One table's entries ordered by event time, oldest first, as a lazy heap.
 
-    An update pushes a new (time, seq, key) and leaves the old one behind; entries whose time no
+    An update pushes a new (time, key) and leaves the old one behind; entries whose time no
     longer matches the table are skipped when they reach the top, and the heap is rebuilt when
-    such leftovers outnumber the live entries.
+    such leftovers outnumber the live entries. Keys (tuples of strings) break ties in time, so
+    the order does not depend on arrival.
     """
 
     def __init__(self, table: dict, time_of: Callable[[Any], float]) -> None:
         self.table = table
         self.time_of = time_of
-        self._heap: list[tuple[float, int, Hashable]] = []
-        self._seq = itertools.count()
+        self._heap: list[tuple[float, Any]] = []
 
     def push(self, key: Hashable, t: float) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), key))
+        heapq.heappush(self._heap, (t, key))
         if len(self._heap) > 2 * len(self.table) + 64:
-            self._heap = [(self.time_of(v), next(self._seq), k) for k, v in self.table.items()]
+            self._heap = [(self.time_of(v), k) for k, v in self.table.items()]
             heapq.heapify(self._heap)
 
     def pop_older(self, limit_s: float, now: float) -> Iterator[Hashable]:
@@ -85,21 +89,29 @@ class _ByTime:
         """
         heap = self._heap
         while heap and now - heap[0][0] > limit_s:
-            t, _, key = heapq.heappop(heap)
+            t, key = heapq.heappop(heap)
             item = self.table.get(key)
             if item is not None and self.time_of(item) == t:
                 yield key
 
-    def oldest(self) -> tuple[float, Hashable] | None:
-        """(time, key) of the oldest live entry, or None when the table is empty."""
+    def oldest(self, skip: Callable[[Any], bool] | None = None) -> tuple[float, Any] | None:
+        """(time, key) of the oldest live entry whose key ``skip`` does not exclude, or None."""
         heap = self._heap
-        while heap:
-            t, _, key = heap[0]
-            item = self.table.get(key)
-            if item is not None and self.time_of(item) == t:
-                return t, key
-            heapq.heappop(heap)
-        return None
+        aside: list[tuple[float, Any]] = []
+        try:
+            while heap:
+                t, key = heap[0]
+                item = self.table.get(key)
+                if item is None or self.time_of(item) != t:
+                    heapq.heappop(heap)
+                elif skip is not None and skip(key):
+                    aside.append(heapq.heappop(heap))
+                else:
+                    return t, key
+            return None
+        finally:
+            for entry in aside:
+                heapq.heappush(heap, entry)
 
 
 @dataclass
@@ -117,6 +129,8 @@ class Store:
     _by_msg_key: dict[tuple[str, bytes], Hashable] = field(default_factory=dict)
     _msg_key_of: dict[tuple[str, Hashable], bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Series labels -> firing findings held about them: those series are kept at the limit.
+    _finding_series: Counter = field(default_factory=Counter)
     dropped: int = 0
     expired: int = 0
     consumer_errors: int = 0
@@ -147,14 +161,20 @@ class Store:
     def _changed(self, role: str) -> None:
         self._version[role] = next(_versions)
 
+    def _protected(self, labels: SeriesLabels) -> bool:
+        """A series with a firing finding held: kept before quiet series at the limit."""
+        return self._finding_series[labels] > 0
+
     def _admit(self, table: dict, key: Hashable, role: str | None, t: float | None) -> bool:
         """Room for ``key`` of ``role`` with event time ``t`` (None: a job status, always kept)?
 
-        At the limit a stale series or finding is expired to make room; else the entry that
-        would go stale first makes way if it goes stale before the new one, or the new entry
-        is refused: one is dropped. Going stale (event time plus the role's staleness limit)
-        rather than age decides, so a firing finding, written on change and heartbeat only,
-        is not pushed out by the newer aggregates written every window.
+        At the limit a stale series or finding is expired to make room. Else, one is dropped:
+        the oldest quiet series (no firing finding) makes way for a newer quiet series, a
+        finding, a series with a finding or a job status; a quiet series older than it is
+        refused. With no quiet series held, the entry that would go stale first makes way if it
+        goes stale before the new one, else the new one is refused. Going stale (event time plus
+        the role's staleness limit) rather than age decides there, so a firing finding, written
+        on change and heartbeat only, is not pushed out by its series' newer windows.
         """
         if key in table or self._size() < self.series_limit:
             return True
@@ -171,7 +191,14 @@ class Store:
                 return True
             candidates.append((oldest[0] + limits[name], name, oldest[1]))
         self.dropped += 1
-        if not candidates:
+        new_quiet = role == "aggregates" and not self._protected(key)  # type: ignore[arg-type]
+        quiet = self._by_time["aggregates"].oldest(skip=self._protected)
+        if quiet is not None:
+            if new_quiet and t is not None and (t, key) <= quiet:
+                return False
+            self._remove("aggregates", quiet[1])
+            return True
+        if new_quiet or not candidates:
             return False
         old_stale, old_role, old_key = min(candidates, key=lambda c: c[0])
         if t is not None and role is not None and old_stale >= t + limits[role]:
@@ -183,6 +210,8 @@ class Store:
         by_time = self._by_time[role]
         old = by_time.table.get(key)
         by_time.table[key] = item
+        if old is None and role == "findings":
+            self._finding_series[key[1]] += 1  # type: ignore[index]
         if old is None or by_time.time_of(old) != t:
             by_time.push(key, t)
         if msg_key is not None:
@@ -191,6 +220,11 @@ class Store:
 
     def _remove(self, role: str, key: Hashable) -> None:
         del self._by_time[role].table[key]
+        if role == "findings":
+            labels = key[1]  # type: ignore[index]
+            self._finding_series[labels] -= 1
+            if self._finding_series[labels] <= 0:
+                del self._finding_series[labels]
         msg_key = self._msg_key_of.pop((role, key), None)
         if msg_key is not None:
             del self._by_msg_key[(role, msg_key)]

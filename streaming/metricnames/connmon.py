@@ -183,8 +183,9 @@ EXPORTER_METRICS: tuple[Metric, ...] = (
     Metric(
         "connmon_exporter_series_dropped_total",
         "counter",
-        "Series and findings not served because the series limit was reached: the oldest (by "
-        "window end) evicted for a newer one, or an older one refused.",
+        "Series and findings not served because the series limit was reached: the oldest quiet "
+        "series (no firing finding; by window end) evicted for a newer one or for a finding, "
+        "or an older one refused.",
     ),
     Metric(
         "connmon_exporter_series_expired_total",

@@ -106,15 +106,17 @@ def test_already_stale_or_older_windows_are_ignored(clock) -> None:
 
 def test_series_limit_refuses_new_series_and_counts_them(clock) -> None:
     store, reg = make(clock, series_limit=2)
-    for host in ("a", "b", "c", "d"):  # same window end: the series held first stay
+    for host in ("a", "b", "c", "d"):  # same window end: the larger labels stay, not the first
         handle(store, "aggregates", host.encode(), aggregate(host=host), "x")
-    # An existing series still updates at the limit.
-    handle(store, "aggregates", b"a", aggregate(host="a", close_wait_count=9), "x")
+    # An existing series still updates at the limit; a new one older than all held is refused.
+    handle(store, "aggregates", b"d", aggregate(host="d", close_wait_count=9), "x")
+    handle(store, "aggregates", b"e", aggregate(end=NOW - 6, host="e"), "x")
     assert reg.get_sample_value("connmon_exporter_series") == 2
     assert reg.get_sample_value("connmon_exporter_series_limit") == 2
-    assert reg.get_sample_value("connmon_exporter_series_dropped_total") == 2
-    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "a"}) == 9
-    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "c"}) is None
+    assert reg.get_sample_value("connmon_exporter_series_dropped_total") == 3
+    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "d"}) == 9
+    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "c"}) == 3
+    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "a"}) is None
 
 
 def test_malformed_messages_are_counted_and_kept_aside(clock) -> None:

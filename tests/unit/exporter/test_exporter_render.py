@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streaming.exporter.collector import ConnmonCollector
 from streaming.exporter.consumer import handle
 from streaming.exporter.render import Renderer
-from streaming.exporter.samples import aggregate, finding, status
+from streaming.exporter.samples import NOW, aggregate, finding, status
 from streaming.exporter.store import Store
 
 
@@ -37,7 +37,7 @@ def test_renderer_matches_the_collector(clock) -> None:
     fired = finding(updated=clock.t, change="fired", first_fired_at="t0")
     handle(store, "findings", b"f", fired, "x")
     handle(store, "job_status", b"j", status(), "x")
-    handle(store, "aggregates", b"d", aggregate(host="over-the-limit"), "x")
+    handle(store, "aggregates", b"d", aggregate(end=NOW - 6, host="over-the-limit"), "x")
     handle(store, "aggregates", b"bad", b"nope", "x")
     registry = CollectorRegistry()
     registry.register(ConnmonCollector(store))

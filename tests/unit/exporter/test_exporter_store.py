@@ -1,4 +1,5 @@
-"""At the series limit the store keeps the newest entries by event time, whatever the order."""
+"""At the series limit the store keeps findings and their series, then the newest quiet series
+by event time, whatever the order."""
 
 from __future__ import annotations
 
@@ -164,3 +165,30 @@ def test_at_the_limit_a_quiet_firing_finding_outlives_newer_series(clock) -> Non
     assert [f.labels[1] for f in snap.findings] == ["quiet"]
     assert _hosts(store) == {"h1", "h30"}
     assert snap.dropped == 1
+
+
+def test_at_the_limit_a_series_with_a_firing_finding_is_always_served(clock) -> None:
+    store = Store(clock=clock, series_limit=6, staleness_s=600)
+    handle(store, "findings", b"f", finding(updated=NOW - 250, host="h5"), "x")
+    _feed(store, [5])  # older than every series that follows
+    _feed(store, list(range(100, 140)))
+    assert "h5" in _hosts(store)
+    assert _hosts(store) == {"h5", *(f"h{i}" for i in range(136, 140))}
+    # Once resolved, it is a quiet series again, the oldest one: a newer series wins.
+    handle(store, "findings", b"f", finding(updated=NOW - 1, host="h5", status="resolved"), "x")
+    _feed(store, [200, 201])  # the first fills the finding's place
+    assert _hosts(store) == {f"h{i}" for i in (137, 138, 139, 200, 201)} | {"h136"}
+
+
+def test_equal_window_ends_keep_the_same_series_in_any_arrival_order(clock) -> None:
+    """A replay of a compacted topic delivers series in another order after a restart; ties in
+    window end are broken by the labels, so the same series are served."""
+    kept = set()
+    for seed in range(5):
+        store = Store(clock=clock, series_limit=10, staleness_s=600)
+        hosts = [f"h{i:02d}" for i in range(40)]
+        random.Random(seed).shuffle(hosts)
+        for host in hosts:
+            handle(store, "aggregates", host.encode(), aggregate(end=NOW - 5, host=host), "x")
+        kept.add(frozenset(_hosts(store)))
+    assert kept == {frozenset(f"h{i:02d}" for i in range(30, 40))}
