@@ -536,7 +536,7 @@ class SocketLifecycles:
                     used_idle, used_active = idle, active
             unused += any_unused
         idles = [t.idle_s for t in members if t.idle_s is not None]
-        library, version, evidence = _library_of(members)
+        library, version, evidence, role = _library_of(members)
         pauses = Counter(
             how for pid in per_pid if pause_of is not None and (how := pause_of(pid)) is not None
         )
@@ -564,28 +564,29 @@ class SocketLifecycles:
             "client_library": library,
             "client_version": version,
             "client_library_evidence": evidence,
-            "process_role": _role_of(members),
+            "process_role": role,
             "paused_processes": sum(pauses.values()) or None,
             "paused_how": max(pauses, key=lambda h: (pauses[h], h)) if pauses else None,
         }
 
 
-def _library_of(members: list[Tracked]) -> tuple[str | None, str | None, str | None]:
-    """The client library, version and evidence most of a group's sockets belong to
-    (identified ones first: a group mixing an unidentified process with a known one is named
-    by the known)."""
+def _library_of(
+    members: list[Tracked],
+) -> tuple[str | None, str | None, str | None, str | None]:
+    """The client library, version, evidence and process role most of a group's sockets
+    belong to (one identification each; identified ones first: a group mixing an unidentified
+    process with a known one is named by the known)."""
     votes = Counter(
-        (t.meta.client_library, t.meta.client_version, t.meta.client_library_evidence)
+        (
+            t.meta.client_library,
+            t.meta.client_version,
+            t.meta.client_library_evidence,
+            t.meta.process_role,
+        )
         for t in members
         if t.meta.client_library is not None
     )
     if not votes:
-        return None, None, None
+        return None, None, None, None
     best = max(votes.items(), key=lambda kv: (kv[0][0] != UNKNOWN_LIBRARY, kv[1], kv[0][1] or ""))
     return best[0]
-
-
-def _role_of(members: list[Tracked]) -> str | None:
-    """The role most of a group's sockets' processes have (None: applications)."""
-    votes = Counter(t.meta.process_role for t in members if t.meta.process_role is not None)
-    return max(votes, key=lambda r: (votes[r], r)) if votes else None

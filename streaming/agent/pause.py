@@ -18,17 +18,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from streaming.agent.procs import parse_state
 from streaming.schema.events import PAUSES
 
 STOPPED, TRACED, FROZEN = PAUSES
 _BY_STATE = {"T": STOPPED, "t": TRACED}
-
-
-def run_state(stat: str) -> str | None:
-    """The state letter of /proc/<pid>/stat (after the parenthesised comm, which may itself hold
-    spaces and parentheses)."""
-    rest = stat[stat.rfind(")") + 2 :]
-    return rest[:1] or None
 
 
 def freezer_files(cgroup: str) -> list[str]:
@@ -69,7 +63,7 @@ class PauseProbe:
         """``stopped``, ``traced``, ``frozen``, or None: running, or gone."""
         base = self.proc_root / str(pid)
         try:
-            paused = _BY_STATE.get(run_state((base / "stat").read_text()) or "")
+            paused = _BY_STATE.get(parse_state((base / "stat").read_text()) or "")
         except OSError:
             return None
         if paused is not None:
@@ -99,7 +93,7 @@ class PauseProbe:
         seen = {leader}
         for tid in tids:
             try:
-                how = _BY_STATE.get(run_state((base / "task" / tid / "stat").read_text()) or "")
+                how = _BY_STATE.get(parse_state((base / "task" / tid / "stat").read_text()) or "")
             except OSError:
                 continue  # exited meanwhile
             if how is None:

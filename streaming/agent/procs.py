@@ -31,10 +31,21 @@ class ProcInfo:
     start_time: int | None = None  # clock ticks since boot: tells a reused pid apart
 
 
+def stat_fields(stat: str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the parenthesised comm (which may itself hold
+    spaces and parentheses), from field 3, the state."""
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def parse_state(stat: str) -> str | None:
+    """The state letter of /proc/<pid>/stat (``R``, ``S``, ``T``: stopped, ``t``: traced...)."""
+    fields = stat_fields(stat)
+    return fields[0] if fields else None
+
+
 def parse_ppid(stat: str) -> int | None:
-    """The parent pid from /proc/<pid>/stat (after the parenthesised comm, which may itself
-    hold spaces and parentheses)."""
-    fields = stat[stat.rfind(")") + 2 :].split()
+    """The parent pid from /proc/<pid>/stat."""
+    fields = stat_fields(stat)
     try:
         return int(fields[1])
     except (IndexError, ValueError):
@@ -43,7 +54,7 @@ def parse_ppid(stat: str) -> int | None:
 
 def parse_start_time(stat: str) -> int | None:
     """Field 22 of /proc/<pid>/stat, the process start time in clock ticks since boot."""
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = stat_fields(stat)
     try:
         return int(fields[19])
     except (IndexError, ValueError):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from streaming.detectors.advice import RAISE_BACKOFF, paused_note
+from streaming.detectors.advice import RAISE_BACKOFF
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import HOST_SERIES, Aggregate
 from streaming.schema.findings import Finding
@@ -78,14 +78,16 @@ BROKER_BACK = "broker_back"  # the broker dropped or refused connections, and ac
 _FAILING = (REFUSED, FAILED, UNANSWERED)
 
 
-def recovering(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate]) -> str | None:
+def recovering(
+    agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate], why: str
+) -> str | None:
     """``RESUMED`` or ``BROKER_BACK`` when a client-side burst follows a pause or an outage
-    (this window, or the series' window just before it), else None. Connects that still
-    mostly fail are no recovery yet."""
+    (this window, or the series' window just before it), else None. ``why`` is the window's
+    ``cause``: connects that still mostly fail are no recovery yet."""
     before = [w for w in history if w.window_end == agg.window_start and w.same_series(agg)]
     if agg.paused_processes or any(w.paused_processes for w in before):
         return RESUMED
-    if cause(agg, cfg) in _FAILING:
+    if why in _FAILING:
         return None
     outage = agg.closes_broker_drop or any(
         w.closes_broker_drop or w.connects_failed or w.syn_sent_count >= cfg.storm_syn_sent_count
@@ -172,7 +174,6 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     if not hit:
         return []
     severity = "critical" if max(hit.values()) >= cfg.storm_critical_factor else "warning"
-    why = UNKNOWN
     if host_level:
         summary = (
             f"Outgoing TCP connects on {agg.host} fail {r['host_attempt_fails_per_min']:.0f} "
@@ -186,33 +187,34 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
             "stopped broker, a wrong listener or bootstrap.servers entry, or a service other "
             f"than Kafka); if it is a Kafka client, {RAISE_BACKOFF}."
         )
-    elif agg.side == "client" and (back := recovering(agg, cfg, history)) is not None:
-        severity = "info"
-        summary = (
-            f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to broker "
-            f"{agg.broker}: "
-            + _RECOVERY[back].format(how=agg.paused_how or "paused", broker=agg.broker)
-            + "."
-            + paused_note(agg)
-        )
-        advice = _RECOVERY_ADVICE.format(
-            pause=" Find what paused the process." if back == RESUMED else ""
-        )
     elif agg.side == "client":
         why = cause(agg, cfg)
-        failing = (
-            f", {r['connects_failed_per_min']:.0f}/min fail"
-            + (" (refused)" if why == REFUSED else "")
-            if agg.connects_failed
-            else ""
-        )
-        summary = (
-            f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to broker "
-            f"{agg.broker} ({r['short_lived_per_min']:.0f}/min short-lived{failing}, "
-            f"{agg.syn_sent_count} in SYN_SENT): "
-            + ("a new client per request." if why == CLIENT_CLOSES else "a reconnect storm.")
-        )
-        advice = _CLIENT_ADVICE[why].format(backoff=RAISE_BACKOFF)
+        back = recovering(agg, cfg, history, why)
+        if back is not None:
+            severity = "info"
+            summary = (
+                f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to "
+                f"broker {agg.broker}: "
+                + _RECOVERY[back].format(how=agg.paused_how or "paused", broker=agg.broker)
+                + "."
+            )
+            advice = _RECOVERY_ADVICE.format(
+                pause=" Find what paused the process." if back == RESUMED else ""
+            )
+        else:
+            failing = (
+                f", {r['connects_failed_per_min']:.0f}/min fail"
+                + (" (refused)" if why == REFUSED else "")
+                if agg.connects_failed
+                else ""
+            )
+            summary = (
+                f"{agg.app} on {agg.host} opens {r['opens_per_min']:.0f} connections/min to "
+                f"broker {agg.broker} ({r['short_lived_per_min']:.0f}/min short-lived{failing}, "
+                f"{agg.syn_sent_count} in SYN_SENT): "
+                + ("a new client per request." if why == CLIENT_CLOSES else "a reconnect storm.")
+            )
+            advice = _CLIENT_ADVICE[why].format(backoff=RAISE_BACKOFF)
     else:
         summary = (
             f"Broker {agg.broker} on {agg.host} accepts {r['opens_per_min']:.0f} connections/min "

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 REPO = Path(__file__).parents[2]
 
@@ -29,3 +33,25 @@ def agent_writing(config: Path, out: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
+
+
+def agent_config(path: Path, host: str, cluster: Any, apps: Iterable[dict] = ()) -> Path:
+    """An agent configuration at ``path`` for one local ``cluster`` (``KafkaCluster``): its
+    brokers' ports are the broker side on this host, metadata refreshed every 5 s."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "host": host,
+                "clusters": [
+                    {
+                        "name": "local",
+                        "bootstrap_servers": cluster.bootstrap_servers,
+                        "listener_ports": [n.port for n in cluster.nodes],
+                        "metadata_refresh_s": 5,
+                    }
+                ],
+                "apps": list(apps),
+            }
+        )
+    )
+    return path

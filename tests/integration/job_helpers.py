@@ -153,14 +153,22 @@ def consume_all(bootstrap: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
         c.close()
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float = 300.0) -> Any:
+def wait_for(
+    what: str,
+    fn: Callable[[], Any],
+    timeout_s: float = 300.0,
+    detail: Callable[[], Any] | None = None,
+    poll_s: float = 1.0,
+) -> Any:
+    """``fn()`` once it is true; a timeout fails naming ``what`` and ``detail()``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         result = fn()
         if result:
             return result
-        time.sleep(1.0)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+    extra = f": {detail()}" if detail is not None else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}{extra}")
 
 
 def recording(name: str, end: float | None = None, **kw: Any) -> list[dict[str, Any]]:

@@ -8,8 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-import yaml
-from agent_helpers import agent_writing, events_in
+from agent_helpers import agent_config, agent_writing, events_in
 
 from streaming.stack.kafka import create_topics
 
@@ -18,22 +17,7 @@ def test_brokers_replicating_to_each_other_have_the_role_broker(
     kafka_cluster_factory, tmp_path: Path
 ) -> None:
     cluster = kafka_cluster_factory(brokers=3)
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "host": "roles-host",
-                "clusters": [
-                    {
-                        "name": "local",
-                        "bootstrap_servers": cluster.bootstrap_servers,
-                        "listener_ports": [n.port for n in cluster.nodes],
-                        "metadata_refresh_s": 5,
-                    }
-                ],
-            }
-        )
-    )
+    cfg = agent_config(tmp_path / "agent.yaml", "roles-host", cluster)
     # Replication needs a partition with followers.
     create_topics(cluster.bootstrap_servers, {"replicated": 3}, replication=3)
     out = tmp_path / "events.jsonl"

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from agent_helpers import agent_writing, events_in
+from agent_helpers import agent_config, agent_writing, events_in
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.pipeline import replay
@@ -45,22 +44,8 @@ def test_a_raw_socket_leak_beside_an_installed_kafka_python_gets_no_kafka_python
     python = _venv_with_kafka_python(tmp_path / "venv")
     cluster = kafka_cluster_factory(brokers=1, overrides={"connections.max.idle.ms": "3000"})
     port = cluster.nodes[0].port
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "host": "evidence-host",
-                "clusters": [
-                    {
-                        "name": "local",
-                        "bootstrap_servers": cluster.bootstrap_servers,
-                        "listener_ports": [port],
-                        "metadata_refresh_s": 5,
-                    }
-                ],
-                "apps": [{"match": "import socket", "name": APP}],
-            }
-        )
+    cfg = agent_config(
+        tmp_path / "agent.yaml", "evidence-host", cluster, [{"match": "import socket", "name": APP}]
     )
     out = tmp_path / "events.jsonl"
     leak = subprocess.Popen(

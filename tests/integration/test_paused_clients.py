@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from agent_helpers import agent_writing, events_in
+from agent_helpers import agent_config, agent_writing, events_in
+from job_helpers import wait_for
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job.pipeline import replay
@@ -31,38 +31,20 @@ PRODUCERS = 8
 WINDOW_S = 10.0
 
 
-def _wait(what: str, cond: Callable[[], object], out: Path, timeout: float = 90.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}: {events_in(out)[-5:]}")
+def _wait(what: str, cond: Callable[[], object], out: Path) -> object:
+    """``wait_for`` with the agent's last events in its message."""
+    return wait_for(what, cond, 90.0, detail=lambda: events_in(out)[-5:], poll_s=0.5)
 
 
 @contextlib.contextmanager
 def _setup(cluster, tmp_path: Path, apps: list[str]) -> Iterator[tuple[Path, dict]]:
     """One busy-producers client per app name and the real agent writing to a file."""
-    port = cluster.nodes[0].port
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "host": "pause-host",
-                "clusters": [
-                    {
-                        "name": "local",
-                        "bootstrap_servers": cluster.bootstrap_servers,
-                        "listener_ports": [port],
-                        "metadata_refresh_s": 5,
-                    }
-                ],
-                "apps": [{"match": rf"busy_producers\.py \S+ \S+ \d+ ({a})", "name": a}
-                         for a in apps],
-            }
-        )
-    )  # fmt: skip
+    cfg = agent_config(
+        tmp_path / "agent.yaml",
+        "pause-host",
+        cluster,
+        [{"match": rf"busy_producers\.py \S+ \S+ \d+ ({a})", "name": a} for a in apps],
+    )
     out = tmp_path / "events.jsonl"
     topic = f"pause-{uuid.uuid4().hex[:8]}"
     clients = {

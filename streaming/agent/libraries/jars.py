@@ -83,13 +83,19 @@ def java_classpath(args: Sequence[str]) -> tuple[list[str], str | None]:
     return cmd.classpath, cmd.jar
 
 
-def properties_version(text: str) -> str | None:
-    """``version=`` of a Java properties file."""
+def properties_value(text: str, name: str) -> str | None:
+    """The value of ``name=`` in a Java properties file (the last one, as Java reads it)."""
+    found = None
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.strip() == "version" and value.strip():
-            return value.strip()
-    return None
+        if sep and key.strip() == name:
+            found = value.strip()
+    return found
+
+
+def properties_version(text: str) -> str | None:
+    """``version=`` of a Java properties file."""
+    return properties_value(text, "version") or None
 
 
 def read_zip_directory(f: BinaryIO, max_size: int = MAX_ZIP_DIRECTORY) -> tuple[bytes, int] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from streaming.agent.libraries.jars import JavaCommand
+from streaming.agent.libraries.jars import JavaCommand, properties_value
 from streaming.schema.clients import PROCESS_ROLES
 
 BROKER, CONTROLLER, CONNECT, MIRRORMAKER, STREAMS = PROCESS_ROLES
@@ -42,12 +42,7 @@ _ROLES_SETTING = "process.roles"
 def server_role(properties: str | None, args: Iterable[str]) -> str:
     """``controller`` for a KRaft node whose ``process.roles`` is ``controller`` alone (an
     ``--override`` wins over the file), else ``broker``."""
-    roles: str | None = None
-    if properties:
-        for line in properties.splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key.strip() == _ROLES_SETTING:
-                roles = value
+    roles = properties_value(properties, _ROLES_SETTING) if properties else None
     items = list(args)
     for i, a in enumerate(items):
         if a == "--override" and i + 1 < len(items):

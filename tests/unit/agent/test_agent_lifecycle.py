@@ -385,7 +385,10 @@ def test_summaries_count_the_groups_paused_processes() -> None:
 
 def test_a_summary_names_the_role_of_its_processes() -> None:
     t = SocketLifecycles()
-    broker = Meta("prod", "client", "kafka-broker", 2, "kafka-2:9092", pid=7, process_role="broker")
+    broker = Meta(
+        "prod", "client", "kafka-broker", 2, "kafka-2:9092", pid=7, client_library="java",
+        process_role="broker",
+    )  # fmt: skip
     t.update(0.0, [(rec(ESTABLISHED, 40000, 1), broker), (rec(ESTABLISHED, 40001, 2), broker)])
     (s,) = t.summaries(0.0, 15.0)
     assert s["process_role"] == "broker"

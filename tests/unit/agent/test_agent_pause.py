@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.agent.pause import PauseProbe, freezer_files, is_frozen, run_state
+from streaming.agent.pause import PauseProbe, freezer_files, is_frozen
+from streaming.agent.procs import parse_state
 
 STAT = "4242 ({comm}) {state} 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123 0 0"
 
@@ -17,11 +18,11 @@ STAT = "4242 ({comm}) {state} 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 
     [("java", "S"), ("sleep", "T"), ("gdb target", "t"), ("a) T (b", "R"), ("x", "D")],
 )
 def test_the_state_letter_follows_the_last_parenthesis(comm, state):
-    assert run_state(STAT.format(comm=comm, state=state)) == state
+    assert parse_state(STAT.format(comm=comm, state=state)) == state
 
 
 def test_an_empty_stat_has_no_state():
-    assert run_state("") is None
+    assert parse_state("") is None
 
 
 @pytest.mark.parametrize(

@@ -576,7 +576,9 @@ _BURST = {"opens": 60, "short_lived": 50, "closes_local": 50}
 def test_a_burst_right_after_a_pause_or_an_outage_is_recovery(before, now, expected):
     history = [make_agg(4, **before)]
     agg = make_agg(5, **{**_BURST, **now})
-    assert connection_storm.recovering(agg, CFG, history) == expected
+    assert (
+        connection_storm.recovering(agg, CFG, history, connection_storm.cause(agg, CFG)) == expected
+    )
     (f,) = connection_storm.detect(agg, CFG, history)
     if expected is None:
         assert f.severity != "info" and "Recovery" not in f.recommendation
