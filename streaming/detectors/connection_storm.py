@@ -10,7 +10,8 @@ succeed and it closes them itself. The recommendation follows which of these the
 A burst of re-opens right after an outage is the clients recovering, not a new fault: when the
 client's process was paused in this window or the one before (it runs again and re-opens what
 the broker closed meanwhile), or the broker dropped or refused its connections in the window
-before and now accepts them (``recovering``). Such a window gives an ``info`` finding labelled
+before (most connects failed, or it dropped busy connections) and now accepts them
+(``recovering``). Such a window gives an ``info`` finding labelled
 recovery; a storm that outlasts it is judged by its cause again.
 """
 
@@ -89,11 +90,21 @@ def recovering(
         return RESUMED
     if why in _FAILING:
         return None
-    outage = agg.closes_broker_drop or any(
-        w.closes_broker_drop or w.connects_failed or w.syn_sent_count >= cfg.storm_syn_sent_count
-        for w in before
-    )
+    outage = agg.closes_broker_drop or any(_outage(w, cfg) for w in before)
     return BROKER_BACK if outage else None
+
+
+def _outage(w: Aggregate, cfg: DetectorConfig) -> bool:
+    """The broker was gone in window ``w``: it dropped busy connections, most connects failed
+    (``opens`` counts the failed ones too), or connects piled up unanswered. A few failures
+    among many connects are no outage: a client that churns through its ephemeral ports
+    fails some of its own."""
+    mostly_failed = w.connects_failed > 0 and w.connects_failed >= _MOSTLY * w.opens
+    return (
+        bool(w.closes_broker_drop)
+        or mostly_failed
+        or (w.syn_sent_count >= cfg.storm_syn_sent_count)
+    )
 
 
 _RECOVERY = {
