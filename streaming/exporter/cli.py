@@ -31,6 +31,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--series-limit", type=int, default=20000)
     p.add_argument("--staleness", type=float, default=300.0, help="seconds (window_end age)")
     p.add_argument("--finding-staleness", type=float, default=1800.0, help="seconds")
+    p.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="exporters that split the series between them (default 1: this one serves all)",
+    )
+    p.add_argument(
+        "--shard-index",
+        default="0",
+        help="this exporter's share, 0 .. shards-1, or a StatefulSet pod name ending in -<n>",
+    )
     p.add_argument("--tls-cert-file")
     p.add_argument("--tls-key-file")
     p.add_argument("--basic-auth-user")
@@ -84,10 +95,18 @@ def run(args: argparse.Namespace) -> int:
         basic_auth_password_file=args.basic_auth_password_file,
         kafka_config=args.kafka_config,
         check_topics=args.check_topics,
+        shards=args.shards,
+        shard_index=args.shard_index,
     )
     if conf.check_topics:
         check_topics(conf)
-    store = Store(conf.series_limit, conf.staleness_s, conf.finding_staleness_s)
+    store = Store(
+        conf.series_limit,
+        conf.staleness_s,
+        conf.finding_staleness_s,
+        shard=conf.shard.index,
+        shards=conf.shard.count,
+    )
     try:
         httpd, _ = serve_endpoint(
             metrics_app(store),
@@ -99,11 +118,20 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise cfg.ConfigError(f"listen: cannot bind {args.listen}: {exc}") from exc
     try:
-        reader = TopicReader(conf.bootstrap_servers, conf.topics, store, conf.kafka_config).start()
+        reader = TopicReader(
+            conf.bootstrap_servers, conf.topics, store, conf.kafka_config, shard=conf.shard
+        ).start()
     except KafkaException as exc:
         httpd.shutdown()
         raise cfg.ConfigError(f"kafka-config: {exc}") from exc
-    log.info("serving %s://%s:%d/metrics", conf.security.scheme, conf.listen_host, conf.listen_port)
+    log.info(
+        "serving %s://%s:%d/metrics (shard %d of %d)",
+        conf.security.scheme,
+        conf.listen_host,
+        conf.listen_port,
+        conf.shard.index,
+        conf.shard.count,
+    )
 
     while not stop.wait(5.0):
         if not reader.alive():

@@ -90,8 +90,11 @@ def tail_samples(snap: Snapshot) -> Samples:
 
 
 def fired_samples(snap: Snapshot) -> Samples:
-    """Findings fired since the exporter started, by kind and severity."""
-    fired = [((kind, severity), float(n)) for (kind, severity), n in sorted(snap.fired.items())]
+    """Findings fired since the exporter started, by kind and severity, of this shard."""
+    shard = str(snap.shard)
+    fired = [
+        ((kind, severity, shard), float(n)) for (kind, severity), n in sorted(snap.fired.items())
+    ]
     return [("connmon_findings_fired_total", fired)]
 
 
@@ -117,6 +120,7 @@ def self_metric_samples(snap: Snapshot) -> Samples:
     return [
         ("connmon_exporter_series", [((), size)]),
         ("connmon_exporter_series_limit", [((), snap.series_limit)]),
+        ("connmon_exporter_shards", [((str(snap.shard),), snap.shards)]),
         ("connmon_exporter_series_dropped_total", [((), snap.dropped)]),
         ("connmon_exporter_series_expired_total", [((), snap.expired)]),
         (

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from streaming.errors import ConfigError
+from streaming.exporter.shard import Shard, parse_shard
 from streaming.options import parse_pairs
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
@@ -28,6 +29,7 @@ class ExporterConfig:
     basic_auth_user: str | None = None
     basic_auth_password: str | None = field(default=None, repr=False)
     kafka_config: dict[str, str] = field(default_factory=dict)
+    shard: Shard = field(default_factory=Shard)
     # At start, check that the topics exist and are compacted.
     check_topics: bool = True
 
@@ -64,6 +66,8 @@ def build(
     basic_auth_password_file: str | None = None,
     kafka_config: list[str] | None = None,
     check_topics: bool = True,
+    shards: int = 1,
+    shard_index: str | int = 0,
 ) -> ExporterConfig:
     """Validate every setting; raises ``ConfigError`` naming the first wrong one."""
     if not bootstrap_servers.strip():
@@ -85,6 +89,7 @@ def build(
         raise ConfigError(f"staleness: {staleness_s} must be > 0 seconds")
     if finding_staleness_s <= 0:
         raise ConfigError(f"finding-staleness: {finding_staleness_s} must be > 0 seconds")
+    shard = parse_shard(shard_index, shards)
     security = check_security(
         tls_cert_file, tls_key_file, basic_auth_user, basic_auth_password_file, sep="-"
     )
@@ -102,6 +107,7 @@ def build(
         basic_auth_password=security.basic_auth_password,
         kafka_config=parse_pairs("kafka-config", kafka_config),
         check_topics=bool(check_topics),
+        shard=shard,
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from streaming.exporter.parse import InvalidMessage, parse_aggregate, parse_finding, parse_status
 from streaming.exporter.ratelimit import LogLimiter
+from streaming.exporter.shard import Shard
 from streaming.exporter.store import Store
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,12 @@ class TopicReader:
         kafka_config: Mapping[str, str] | None = None,
         consumer_factory: Callable[[dict], object] | None = None,
         log_limiter: LogLimiter | None = None,
+        shard: Shard | None = None,
     ) -> None:
         self._topics = dict(topics)
         self._role_by_topic = {t: r for r, t in self._topics.items()}
         self._store = store
+        self._shard = shard or Shard()
         # While a broker is down the client reports errors many times a second.
         self._log = log_limiter or LogLimiter(log)
         self._conf = {
@@ -165,7 +168,7 @@ class TopicReader:
                         self._on_error(msg.error())
                         continue
                     role = self._role_by_topic.get(msg.topic())
-                    if role is None:
+                    if role is None or not self._shard.owns(role, msg.key()):
                         continue
                     where = f"{msg.topic()}/{msg.partition()}@{msg.offset()}"
                     try:

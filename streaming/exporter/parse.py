@@ -50,10 +50,9 @@ class Aggregate:
     labels: SeriesLabels
     window_end: float
     window_s: float
-    sockets: dict[str, float]
-    # metric name -> value (already per second where a rate); the CLOSE_WAIT slope is left out
-    # when the job could not fit one
-    gauges: dict[str, float]
+    # Each holds only what is exported: no zero counts or rates, no unknown ages or slope.
+    sockets: dict[str, float]  # TCP state -> sockets
+    gauges: dict[str, float]  # metric name -> value (already per second where a rate)
     closes: dict[str, float]  # closed_by -> closes per second
     # (client_library, client_version) label values of a client-side series, when identified
     library: tuple[str, str] | None = None
@@ -154,6 +153,26 @@ def _nonneg(obj: dict[str, Any], name: str) -> float:
     return value
 
 
+# Exported gauge -> aggregate field: ages (absent when unknown), counts and per-window counts
+# exported as rates (both absent at 0). The slope is signed; unknown means too few samples.
+_AGES = (
+    ("connmon_close_wait_oldest_age_seconds", "close_wait_oldest_age_s"),
+    ("connmon_max_idle_seconds", "max_idle_s"),
+)
+_COUNTS = (
+    ("connmon_duplicate_connections", "dup_processes"),
+    ("connmon_unused_extra_connections", "dup_unused_processes"),
+)
+_RATES = (
+    ("connmon_connection_opens_per_second", "opens"),
+    ("connmon_idle_reconnects_per_second", "reopens_after_idle"),
+    ("connmon_broker_dropped_connections_per_second", "closes_broker_drop"),
+    ("connmon_connect_failures_per_second", "connects_failed"),
+    ("connmon_idle_closes_per_second", "closes_after_idle"),
+    ("connmon_short_lived_connections_per_second", "short_lived"),
+)
+
+
 def parse_aggregate(raw: bytes | str) -> Aggregate:
     """One ``connmon.aggregates`` value."""
     obj = _load(raw)
@@ -167,32 +186,32 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     sockets_obj = obj.get("sockets") or {}
     if not isinstance(sockets_obj, dict):
         raise InvalidMessage("invalid_value", "sockets is not an object")
-    sockets = {clean(state).upper(): _nonneg(sockets_obj, state) for state in sorted(sockets_obj)}
-    gauges = {
-        "connmon_close_wait_sockets": _nonneg(obj, "close_wait_count"),
-        "connmon_close_wait_oldest_age_seconds": _nonneg(obj, "close_wait_oldest_age_s"),
-        "connmon_time_wait_sockets": _nonneg(obj, "time_wait_count"),
-        "connmon_syn_sent_sockets": _nonneg(obj, "syn_sent_count"),
-        "connmon_max_idle_seconds": _nonneg(obj, "max_idle_s"),
-        "connmon_duplicate_connections": _nonneg(obj, "dup_processes"),
-        "connmon_duplicate_max_idle_seconds": _nonneg(obj, "dup_max_idle_s"),
-        "connmon_unused_extra_connections": _nonneg(obj, "dup_unused_processes"),
-        "connmon_connection_opens_per_second": _nonneg(obj, "opens") / window_s,
-        "connmon_idle_reconnects_per_second": _nonneg(obj, "reopens_after_idle") / window_s,
-        "connmon_broker_dropped_connections_per_second": (
-            _nonneg(obj, "closes_broker_drop") / window_s
-        ),
-        "connmon_connect_failures_per_second": _nonneg(obj, "connects_failed") / window_s,
-        "connmon_idle_closes_per_second": _nonneg(obj, "closes_after_idle") / window_s,
-        "connmon_short_lived_connections_per_second": _nonneg(obj, "short_lived") / window_s,
-        "connmon_connection_lifetime_max_seconds": _nonneg(obj, "lifetime_max_s"),
-        "connmon_window_end_timestamp_seconds": end,
+    # Only what says something becomes a sample: no socket in a state, no event in the window,
+    # no age without such a socket is absent, not 0 (a healthy series costs 2-3 samples).
+    sockets = {
+        clean(state).upper(): n
+        for state in sorted(sockets_obj)
+        if (n := _nonneg(sockets_obj, state))
     }
-    # Unknown (too few samples in the window) is no sample, not a flat 0.
+    gauges: dict[str, float] = {}
+    for name, field in _AGES:
+        value = _num(obj, field)
+        if value is not None:
+            gauges[name] = _nonneg(obj, field)
+    for name, field in _COUNTS:
+        if value := _nonneg(obj, field):
+            gauges[name] = value
+    for name, field in _RATES:
+        if value := _nonneg(obj, field):
+            gauges[name] = value / window_s
     slope = _num(obj, "close_wait_slope_per_s")
     if slope is not None:
         gauges["connmon_close_wait_slope_per_second"] = slope
-    closes = {by: _nonneg(obj, f"closes_{by}") / window_s for by in ("local", "peer", "unknown")}
+    closes = {
+        by: value / window_s
+        for by in ("local", "peer", "unknown")
+        if (value := _nonneg(obj, f"closes_{by}"))
+    }
     return Aggregate(labels, end, window_s, sockets, gauges, closes, _library(obj, labels[0]))
 
 

@@ -57,6 +57,8 @@ class Snapshot:
     fired: dict[tuple[str, str], int]
     last_message: dict[str, float]
     consumer_errors: int
+    shard: int = 0
+    shards: int = 1
     # Change whenever the aggregates (findings) held change: equal versions, equal contents.
     aggregates_version: int = 0
     findings_version: int = 0
@@ -121,6 +123,8 @@ class Store:
     finding_staleness_s: float = 1800.0
     clock: Callable[[], float] = time.time
     rejected_keep: int = 100
+    shard: int = 0  # this exporter's shard index, of ``shards``
+    shards: int = 1
 
     _aggs: dict[SeriesLabels, Aggregate] = field(default_factory=dict)
     _findings: dict[tuple[str, SeriesLabels], Finding] = field(default_factory=dict)
@@ -347,6 +351,8 @@ class Store:
                 fired=dict(self.fired),
                 last_message=dict(self.last_message),
                 consumer_errors=self.consumer_errors,
+                shard=self.shard,
+                shards=self.shards,
                 aggregates_version=self._version["aggregates"],
                 findings_version=self._version["findings"],
             )

@@ -24,67 +24,74 @@ def _job(name: str, type_: str, help_: str) -> Metric:
     return Metric(name, type_, help_, JOB_LABELS)
 
 
+# A per-series sample is written only when it says something: a state with no socket, a
+# rate of zero, an age or idle time with no such socket is absent, not 0 (docs/metrics.md
+# "Absent means none"). A healthy steady series is then two or three samples.
 AGGREGATE_METRICS: tuple[Metric, ...] = (
-    _series("connmon_sockets", "Sockets of this client x broker pair by TCP state.", ("state",)),
-    _series("connmon_close_wait_sockets", "Sockets in CLOSE_WAIT (peer closed, app did not)."),
+    _series(
+        "connmon_sockets",
+        "Sockets of this client x broker pair by TCP state (CLOSE_WAIT: the peer closed and "
+        "the application did not; TIME_WAIT: this side closed first; SYN_SENT: connects not "
+        "yet answered). A state with no socket is absent.",
+        ("state",),
+    ),
     _series(
         "connmon_close_wait_oldest_age_seconds",
-        "Age of the oldest CLOSE_WAIT socket of the pair.",
+        "Age of the oldest CLOSE_WAIT socket of the pair; absent without CLOSE_WAIT.",
     ),
     _series(
         "connmon_close_wait_slope_per_second",
         "Least-squares slope of the CLOSE_WAIT count within the aggregation window, in sockets "
         "per second; absent when the window has too few CLOSE_WAIT samples to fit one.",
     ),
-    _series("connmon_time_wait_sockets", "Sockets in TIME_WAIT (this side closed first)."),
-    _series("connmon_syn_sent_sockets", "Sockets in SYN_SENT (connects not yet answered)."),
-    _series("connmon_max_idle_seconds", "Largest idle time (no data either way) of any socket."),
     _series(
-        "connmon_duplicate_connections",
-        "Processes holding more than one ESTABLISHED socket to this broker.",
+        "connmon_max_idle_seconds",
+        "Largest idle time (no data either way) of any ESTABLISHED socket; absent without one.",
     ),
     _series(
-        "connmon_duplicate_max_idle_seconds",
-        "Idle time of the idlest extra socket among processes with duplicate connections.",
+        "connmon_duplicate_connections",
+        "Processes holding more than one ESTABLISHED socket to this broker; absent when none.",
     ),
     _series(
         "connmon_unused_extra_connections",
         "Processes holding an extra socket to this broker that carried data only in its first "
-        "seconds (a Java client's bootstrap connection, until its idle expiry): expected.",
+        "seconds (a Java client's bootstrap connection, until its idle expiry): expected. "
+        "Absent when none.",
     ),
-    _series("connmon_connection_opens_per_second", "Connections opened, averaged over the window."),
+    _series(
+        "connmon_connection_opens_per_second",
+        "Connections opened, averaged over the window; absent when none.",
+    ),
     _series(
         "connmon_idle_reconnects_per_second",
         "Re-opens by the same client after an idle close (idle-timeout churn cycles), averaged "
-        "over the window.",
+        "over the window; absent when none.",
     ),
     _series(
         "connmon_broker_dropped_connections_per_second",
         "Connections the broker closed while connections toward it were in use (a restart or a "
-        "failure, not an idle expiry), averaged over the window.",
+        "failure, not an idle expiry), averaged over the window; absent when none.",
     ),
     _series(
         "connmon_connect_failures_per_second",
         "Connects to the broker that failed (refused, reset or timed out), averaged over the "
-        "window; seen only with the agent's eBPF collector (a failed connect leaves no socket).",
+        "window; absent when none. Seen only with the agent's eBPF collector (a failed connect "
+        "leaves no socket).",
     ),
     _series(
         "connmon_connection_closes_per_second",
-        "Connections closed, averaged over the window, by who closed first.",
+        "Connections closed, averaged over the window, by who closed first; absent when none.",
         ("closed_by",),
     ),
     _series(
         "connmon_idle_closes_per_second",
-        "Connections closed after being idle (idle-timeout reaping), averaged over the window.",
+        "Connections closed after being idle (idle-timeout reaping), averaged over the window; "
+        "absent when none.",
     ),
     _series(
         "connmon_short_lived_connections_per_second",
-        "Connections that lived shorter than the storm threshold, averaged over the window.",
-    ),
-    _series("connmon_connection_lifetime_max_seconds", "Longest lifetime of a closed connection."),
-    _series(
-        "connmon_window_end_timestamp_seconds",
-        "End of the aggregation window these values come from (Unix time).",
+        "Connections that lived shorter than the storm threshold, averaged over the window; "
+        "absent when none.",
     ),
     _series(
         "connmon_client_library_info",
@@ -113,8 +120,9 @@ FINDING_METRICS: tuple[Metric, ...] = (
         "connmon_findings_fired_total",
         "counter",
         "Findings that fired since this exporter started, by kind and severity at firing: "
-        "counts a finding that fired and resolved between two scrapes too.",
-        ("kind", "severity"),
+        "counts a finding that fired and resolved between two scrapes too. shard is the "
+        "exporter's shard index (0 with one exporter): sum over shards, not over replicas.",
+        ("kind", "severity", "shard"),
     ),
 )
 
@@ -180,6 +188,13 @@ EXPORTER_METRICS: tuple[Metric, ...] = (
         "Client x broker series and findings the exporter holds now.",
     ),
     Metric("connmon_exporter_series_limit", "gauge", "Most series the exporter will hold."),
+    Metric(
+        "connmon_exporter_shards",
+        "gauge",
+        "Exporters the series are split between (--shards), labelled with this one's shard "
+        "index: every index below the value must be scraped, or its series go unserved.",
+        ("shard",),
+    ),
     Metric(
         "connmon_exporter_series_dropped_total",
         "counter",

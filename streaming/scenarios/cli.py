@@ -75,7 +75,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         parse_duration(args.duration) if args.duration else max(s.duration_s for s in scenarios)
     )
     run_dir = _run_dir(args.run_dir, "scenario")
-    session = Session(scenarios, run_dir, connmon=not args.observe_only)
+    session = Session(
+        scenarios,
+        run_dir,
+        connmon=not args.observe_only,
+        exporter_shards=_shards(args.exporter_shards),
+    )
     _interrupt_on_sigterm()
     with session:
         print(f"run dir: {run_dir}")
@@ -114,7 +119,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     scenarios = _scenarios(args.scenario or [])
     run_dir = _run_dir(args.run_dir, "demo")
     report = Path(args.report) if args.report else run_dir / "report.html"
-    session = Session(scenarios, run_dir, connmon=True)
+    session = Session(
+        scenarios, run_dir, connmon=True, exporter_shards=_shards(args.exporter_shards)
+    )
     _interrupt_on_sigterm()
     started = time.time()
     with session:
@@ -128,6 +135,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shards(n: int) -> int:
+    if n < 1:
+        raise ConfigError(f"exporter-shards: {n} must be at least 1")
+    return n
+
+
+SHARDS_HELP = "exporters splitting the series between them, each scraped by Prometheus (default 1)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo",
@@ -139,6 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--report", help="report file (default <run dir>/report.html)")
     demo.add_argument("--scenario", action="append", help="run only this scenario (repeatable)")
     demo.add_argument("--run-dir", help="where logs and data go (default var/scenarios/)")
+    demo.add_argument("--exporter-shards", type=int, default=1, help=SHARDS_HELP)
     demo.set_defaults(func=cmd_demo)
 
     sc = sub.add_parser("scenario", help="list or run the end-to-end scenarios")
@@ -155,4 +172,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--report", help="write an HTML report here (not with --observe-only)")
     run.add_argument("--run-dir", help="where logs and data go (default var/scenarios/)")
+    run.add_argument("--exporter-shards", type=int, default=1, help=SHARDS_HELP)
     run.set_defaults(func=cmd_run)

@@ -113,9 +113,13 @@ def job_config(home: str, detector: DetectorConfig, checkpoint: Path) -> dict[st
     }
 
 
-def exporter_argv(home: str, listen: str) -> list[str]:
+def exporter_argv(home: str, listen: str, shard: int = 0, shards: int = 1) -> list[str]:
     return cli(
         "exporter",
+        "--shards",
+        str(shards),
+        "--shard-index",
+        str(shard),
         "--bootstrap-servers",
         home,
         "--listen",
@@ -174,7 +178,11 @@ class Components:
     it delivers) for one session."""
 
     def __init__(
-        self, run_dir: Path, detector: DetectorConfig, say: Callable[[str], None] = print
+        self,
+        run_dir: Path,
+        detector: DetectorConfig,
+        say: Callable[[str], None] = print,
+        exporter_shards: int = 1,
     ) -> None:
         self.dir = Path(run_dir)
         self.detector = detector
@@ -184,7 +192,8 @@ class Components:
         self.alertmanager: AlertmanagerServer | None = None
         self.webhook: WebhookReceiver | None = None  # what a person on call would receive
         self.agent_metrics = f"127.0.0.1:{free_port()}"
-        self.exporter_metrics = f"127.0.0.1:{free_port()}"
+        # One exporter per shard, each serving its share of the series.
+        self.exporter_metrics = [f"127.0.0.1:{free_port()}" for _ in range(exporter_shards)]
         self.home = ""
 
     def start(self, clusters: Mapping[str, KafkaCluster], apps: Iterable[str] = ()) -> None:
@@ -203,15 +212,23 @@ class Components:
         self.say("starting connmon: agent, job, exporter, Prometheus, Alertmanager")
         agent = self._spawn("agent", cli("agent", "--config", str(agent_cfg)))
         job = self._spawn("job", cli("job", "--config", str(job_cfg)))
-        exporter = self._spawn("exporter", exporter_argv(self.home, self.exporter_metrics))
+        shards = len(self.exporter_metrics)
+        exporters = [
+            self._spawn(
+                "exporter" if shards == 1 else f"exporter-{i}",
+                exporter_argv(self.home, listen, i, shards),
+            )
+            for i, listen in enumerate(self.exporter_metrics)
+        ]
         _wait_http(f"http://{self.agent_metrics}/metrics", agent, 60)
-        _wait_http(f"http://{self.exporter_metrics}/metrics", exporter, 60)
+        for listen, exporter in zip(self.exporter_metrics, exporters, strict=True):
+            _wait_http(f"http://{listen}/metrics", exporter, 60)
         self.webhook = WebhookReceiver(log=self.dir / "notifications.jsonl").start()
         self.alertmanager = AlertmanagerServer(
             local_config(self.webhook.url()), base_dir=str(self.dir / "alertmanager"), keep_dir=True
         ).start()
         self.prometheus = PrometheusServer(
-            scrape_targets=[self.agent_metrics, self.exporter_metrics],
+            scrape_targets=[self.agent_metrics, *self.exporter_metrics],
             rule_files=rule_files(self.detector, self.dir / "rules"),
             scrape_interval_s=SCRAPE_S,
             evaluation_interval_s=SCRAPE_S,
@@ -228,10 +245,10 @@ class Components:
         return proc
 
     def urls(self) -> dict[str, str]:
-        out = {
-            "agent /metrics": f"http://{self.agent_metrics}/metrics",
-            "exporter /metrics": f"http://{self.exporter_metrics}/metrics",
-        }
+        out = {"agent /metrics": f"http://{self.agent_metrics}/metrics"}
+        for i, listen in enumerate(self.exporter_metrics):
+            name = "exporter" if len(self.exporter_metrics) == 1 else f"exporter shard {i}"
+            out[f"{name} /metrics"] = f"http://{listen}/metrics"
         if self.prometheus is not None:
             out["Prometheus"] = self.prometheus.url
             out["Prometheus alerts"] = f"{self.prometheus.url}/alerts"

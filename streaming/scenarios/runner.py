@@ -34,8 +34,10 @@ class Session:
         connmon: bool = True,
         base_detector: DetectorConfig = catalog.SESSION_DETECTOR,
         say: Callable[[str], None] = print,
+        exporter_shards: int = 1,
     ) -> None:
         self.scenarios = list(scenarios)
+        self.exporter_shards = exporter_shards
         validate(self.scenarios, catalog.CLUSTERS)
         self.detector = detector_config(base_detector, self.scenarios)
         self.run_dir = Path(run_dir)
@@ -80,7 +82,9 @@ class Session:
             if self.with_connmon:
                 from streaming.scenarios.components import Components
 
-                self.components = Components(self.run_dir / "connmon", self.detector, self.say)
+                self.components = Components(
+                    self.run_dir / "connmon", self.detector, self.say, self.exporter_shards
+                )
                 self.components.start(self.clusters, self.app_names())
             self.observer = Observer(self.broker_labels(), self.pid_apps).start()
             self.t_start = time.monotonic()

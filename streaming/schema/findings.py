@@ -37,6 +37,23 @@ def finding_key_tail(client: str, cluster: str | None, broker: str) -> str:
     return f"|{client}|{key_part(cluster or '')}|{key_part(broker)}"
 
 
+def series_of_finding_key(key: str) -> str | None:
+    """The ``series_key`` of the series a finding key is about, from the key alone (an
+    exporter shard routes a finding without parsing it); None for a key of another shape."""
+    parts = key.split("|")
+    if len(parts) != 4:
+        return None
+    _kind, client, cluster, broker = parts
+    fields = client.split(":", 3)
+    if len(fields) < 3:
+        return None
+    # side, host and app had their colons escaped too; the series key leaves colons alone.
+    out = [f.replace("%3A", ":") for f in fields[:3]] + [cluster, broker]
+    if out[0] == "broker":
+        out.append(fields[3] if len(fields) == 4 else "")
+    return "|".join(out)
+
+
 @dataclass
 class Finding:
     """One detected (or resolved) pathology for one client x broker series."""

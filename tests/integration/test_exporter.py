@@ -22,7 +22,7 @@ from streaming.mixin import build, check
 from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT
 from streaming.mixin.promql import grafana_to_promql, metric_names
-from streaming.mixin.rules import recording_rules
+from streaming.mixin.rules import FINDINGS, recording_rules
 from streaming.schema.times import iso
 from streaming.stack.ports import free_port
 
@@ -155,6 +155,7 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
                 b"client|web-1|orders-consumer|local|2",
                 agg(
                     end=now,
+                    sockets={"ESTABLISHED": 2, "CLOSE_WAIT": 25},
                     close_wait_count=25,
                     client_library="librdkafka",
                     client_version="2.16.0",
@@ -168,7 +169,20 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
                     host="kafka-2",
                     app="kafka-broker",
                     peer_host="10.1.2.3",
+                    sockets={"ESTABLISHED": 2, "TIME_WAIT": 7, "CLOSE_WAIT": 1},
                     time_wait_count=7,
+                ),
+            ),  # fmt: skip
+            # A client with every kind of event in its window, so every panel has data.
+            (
+                b"client|web-2|billing|local|2",
+                agg(
+                    end=now, host="web-2", app="billing",
+                    sockets={"ESTABLISHED": 3, "TIME_WAIT": 4, "SYN_SENT": 1},
+                    close_wait_count=0, time_wait_count=4, syn_sent_count=1,
+                    opens=30, reopens_after_idle=2, closes_broker_drop=3, connects_failed=5,
+                    closes_after_idle=2, short_lived=4, closes_local=5, dup_processes=1,
+                    dup_unused_processes=1, client_library="java", client_version="3.9.0",
                 ),
             ),  # fmt: skip
             (b"bad", b"{this is not json"),
@@ -251,7 +265,7 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
     assert _sample(text, "connmon_findings_fired_total", kind="close_wait_buildup") is None
 
     prom = prometheus_factory([f"127.0.0.1:{exporter.port}"], _rule_files(tmp_path))
-    prom.wait_for('connmon_close_wait_sockets{host="web-1"} == 25', timeout_s=60)
+    prom.wait_for('connmon_sockets{host="web-1", state="CLOSE_WAIT"} == 25', timeout_s=60)
 
     # An active finding fires its alert in the real Prometheus (for: 1s in the test config).
     firing = prom.wait_for(
@@ -271,7 +285,7 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
     assert "ConnMonJobStalled" not in alerts  # the job reported a batch just now
 
     # Recording rules have evaluated; counters have two samples for rate().
-    prom.wait_for('kind_severity:connmon_finding_active:sum{kind="idle_churn"}', timeout_s=30)
+    prom.wait_for(f'{FINDINGS}{{kind="idle_churn"}}', timeout_s=30)
     prom.wait_for("rate(connmon_exporter_messages_total[1m])", timeout_s=30)
 
     rules, dashes = check.load_outputs()
@@ -297,7 +311,7 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
         if not any(n.startswith("connmon_agent_") or n == "up" for n in metric_names(e))
         and "/ConnMon" not in w
     ]  # fmt: skip
-    assert data_expected == []
+    assert data_expected == [], "\n".join(data_expected)
 
 
 def _sample(text: str, name: str, **labels: str) -> float | None:
@@ -332,12 +346,13 @@ def test_restart_restores_current_values_from_compacted_topics(
     _feed(kafka_cluster.bootstrap_servers, topics)
     first = exporters()
     first.wait_for('kind="idle_churn"')
-    before = _values(first.wait_for("connmon_close_wait_sockets{"))
+    before = _values(first.wait_for('state="CLOSE_WAIT"}'))
     first.stop()
     second = exporters()
     second.wait_for('kind="idle_churn"')
-    after = _values(second.wait_for("connmon_close_wait_sockets{"))
-    picked = [k for k in before if k.startswith(("connmon_close_wait", "connmon_finding"))]
+    after = _values(second.wait_for('state="CLOSE_WAIT"}'))
+    kept = ("connmon_sockets", "connmon_close_wait", "connmon_finding")
+    picked = [k for k in before if k.startswith(kept)]
     assert picked and {k: before[k] for k in picked} == {k: after.get(k) for k in picked}
 
 
@@ -359,7 +374,7 @@ def test_a_replay_at_the_series_limit_serves_the_newest_series(
     served = {
         line.split('host="')[1].split('"')[0]
         for line in text.splitlines()
-        if line.startswith("connmon_close_wait_sockets{")
+        if line.startswith("connmon_max_idle_seconds{")
     }
     assert served == {f"h{i}" for i in range(20, 30)}
     assert _sample(text, "connmon_exporter_series_dropped_total") == 20
@@ -386,3 +401,89 @@ def test_wrong_setting_fails_at_start_naming_it(tmp_path) -> None:
 def test_json_dashboards_are_valid_json() -> None:
     for path in (build.ROOT / "dashboards/out").glob("*.json"):
         json.loads(path.read_text())
+
+
+def _served(text: str, metric: str) -> list[str]:
+    """Hosts of the series (or findings) in one scrape, one entry per sample."""
+    return [
+        line.split('host="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith(metric + "{")
+    ]
+
+
+def _shard_sets(shards: list[Exporter], hosts: set[str], metric: str) -> list[list[str]]:
+    """What each shard serves once together they serve every host and nothing changes for a
+    second (a shard still reading would otherwise go unnoticed)."""
+    deadline = time.monotonic() + 60
+    last: list[list[str]] | None = None
+    while True:
+        texts = []
+        for e in shards:
+            assert e.proc.poll() is None, "exporter exited"
+            try:
+                texts.append(e.scrape())
+            except OSError:
+                texts.append("")
+        got = [sorted(_served(t, metric)) for t in texts]
+        complete = all(texts) and {h for g in got for h in g} >= hosts
+        if (complete and got == last) or time.monotonic() > deadline:
+            return got
+        last = got if complete else None
+        time.sleep(1.0)
+
+
+def test_shards_serve_every_series_exactly_once_across_restarts_and_a_resize(
+    kafka_cluster, topics, exporters
+) -> None:
+    from streaming.schema.aggregates import client_id, series_key
+    from streaming.schema.findings import finding_key
+
+    now = time.time()
+    hosts = [f"h{i:02d}" for i in range(60)]
+    firing = set(hosts[::10])
+    ident = {h: ("client", h, "orders-consumer", "local", "2", None) for h in hosts}
+    _produce(
+        kafka_cluster.bootstrap_servers,
+        topics["aggregates"],
+        [(series_key(*ident[h]).encode(), samples.aggregate(end=now, host=h)) for h in hosts],
+    )
+    _produce(
+        kafka_cluster.bootstrap_servers,
+        topics["findings"],
+        [
+            (
+                finding_key("close_wait_buildup", client_id("client", h, "orders-consumer", None),
+                            "local", "2").encode(),
+                samples.finding(updated=now, host=h),
+            )
+            for h in sorted(firing)
+        ],
+    )  # fmt: skip
+    three = [exporters("--shards", "3", "--shard-index", str(i)) for i in (0, 1)]
+    three.append(exporters("--shards", "3", "--shard-index", "connmon-exporter-2"))
+
+    series = _shard_sets(three, set(hosts), "connmon_max_idle_seconds")
+    assert sorted(h for s in series for h in s) == hosts  # all served, none twice
+    assert all(series), "each shard serves a share"
+    findings = _shard_sets(three, firing, "connmon_finding_active")
+    assert sorted(h for f in findings for h in f) == sorted(firing)
+    for shard_series, shard_findings in zip(series, findings, strict=True):
+        assert set(shard_findings) <= set(shard_series)  # a finding goes with its series
+
+    # A shard killed and started again serves the same share.
+    os.killpg(three[1].proc.pid, signal.SIGKILL)
+    three[1].proc.wait(10)
+    three[1] = exporters("--shards", "3", "--shard-index", "1")
+    again = _shard_sets(three, set(hosts), "connmon_max_idle_seconds")
+    assert again[1] == series[1]
+    assert sorted(h for s in again for h in s) == hosts
+
+    # Three shards become four: every series once again.
+    for e in three:
+        e.stop()
+    four = [exporters("--shards", "4", "--shard-index", str(i)) for i in range(4)]
+    resized = _shard_sets(four, set(hosts), "connmon_max_idle_seconds")
+    assert sorted(h for s in resized for h in s) == hosts
+    refound = _shard_sets(four, firing, "connmon_finding_active")
+    assert sorted(h for f in refound for h in f) == sorted(firing)

@@ -20,6 +20,7 @@ L = {
     "broker_id": "2",
     "peer_host": "",
 }
+CW = {**L, "state": "CLOSE_WAIT"}
 
 
 def make(clock, **kw) -> tuple[Store, CollectorRegistry]:
@@ -35,7 +36,7 @@ def test_aggregate_finding_and_status_are_served(clock) -> None:
     handle(store, "findings", b"f1", finding(), "t/0@0")
     handle(store, "job_status", b"j", status(), "t/0@0")
     assert reg.get_sample_value("connmon_sockets", {**L, "state": "CLOSE_WAIT"}) == 3
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 3
+    assert reg.get_sample_value("connmon_sockets", CW) == 3
     assert reg.get_sample_value("connmon_connection_opens_per_second", L) == pytest.approx(0.1)
     closes = reg.get_sample_value(
         "connmon_connection_closes_per_second", {**L, "closed_by": "peer"}
@@ -88,9 +89,9 @@ def test_a_long_recommendation_is_served_whole_and_none_serves_no_info(clock) ->
 def test_stale_series_disappear_and_are_counted(clock) -> None:
     store, reg = make(clock, staleness_s=120)
     handle(store, "aggregates", b"k1", aggregate(end=NOW - 10), "x")
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 3
+    assert reg.get_sample_value("connmon_sockets", CW) == 3
     clock.t += 200
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
+    assert reg.get_sample_value("connmon_sockets", CW) is None
     assert reg.get_sample_value("connmon_exporter_series_expired_total") == 1
     assert reg.get_sample_value("connmon_exporter_series") == 0
 
@@ -98,10 +99,10 @@ def test_stale_series_disappear_and_are_counted(clock) -> None:
 def test_already_stale_or_older_windows_are_ignored(clock) -> None:
     store, reg = make(clock, staleness_s=120)
     handle(store, "aggregates", b"k1", aggregate(end=NOW - 500), "x")
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
-    handle(store, "aggregates", b"k1", aggregate(end=NOW - 10, close_wait_count=7), "x")
-    handle(store, "aggregates", b"k1", aggregate(end=NOW - 70, close_wait_count=1), "x")
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 7
+    assert reg.get_sample_value("connmon_sockets", CW) is None
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 10, sockets={"CLOSE_WAIT": 7}), "x")
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 70, sockets={"CLOSE_WAIT": 1}), "x")
+    assert reg.get_sample_value("connmon_sockets", CW) == 7
 
 
 def test_series_limit_refuses_new_series_and_counts_them(clock) -> None:
@@ -109,14 +110,14 @@ def test_series_limit_refuses_new_series_and_counts_them(clock) -> None:
     for host in ("a", "b", "c", "d"):  # same window end: the larger labels stay, not the first
         handle(store, "aggregates", host.encode(), aggregate(host=host), "x")
     # An existing series still updates at the limit; a new one older than all held is refused.
-    handle(store, "aggregates", b"d", aggregate(host="d", close_wait_count=9), "x")
+    handle(store, "aggregates", b"d", aggregate(host="d", sockets={"CLOSE_WAIT": 9}), "x")
     handle(store, "aggregates", b"e", aggregate(end=NOW - 6, host="e"), "x")
     assert reg.get_sample_value("connmon_exporter_series") == 2
     assert reg.get_sample_value("connmon_exporter_series_limit") == 2
     assert reg.get_sample_value("connmon_exporter_series_dropped_total") == 3
-    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "d"}) == 9
-    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "c"}) == 3
-    assert reg.get_sample_value("connmon_close_wait_sockets", {**L, "host": "a"}) is None
+    assert reg.get_sample_value("connmon_sockets", {**CW, "host": "d"}) == 9
+    assert reg.get_sample_value("connmon_sockets", {**CW, "host": "c"}) == 3
+    assert reg.get_sample_value("connmon_sockets", {**CW, "host": "a"}) is None
 
 
 def test_malformed_messages_are_counted_and_kept_aside(clock) -> None:
@@ -134,7 +135,7 @@ def test_tombstone_deletes_the_series(clock) -> None:
     store, reg = make(clock)
     handle(store, "aggregates", b"k1", aggregate(), "x")
     handle(store, "aggregates", b"k1", None, "x")
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) is None
+    assert reg.get_sample_value("connmon_sockets", CW) is None
 
 
 def test_exposition_is_valid_and_uses_only_catalog_names_and_bounded_labels(clock) -> None:
@@ -161,10 +162,10 @@ def test_each_scrape_builds_fresh_families(clock) -> None:
     store, reg = make(clock)
     handle(store, "aggregates", b"k1", aggregate(), "x")
     first = generate_latest(reg)
-    handle(store, "aggregates", b"k1", aggregate(close_wait_count=11), "x")
+    handle(store, "aggregates", b"k1", aggregate(sockets={"CLOSE_WAIT": 11}), "x")
     second = generate_latest(reg)
-    assert b"connmon_close_wait_sockets{" in first and first != second
-    assert reg.get_sample_value("connmon_close_wait_sockets", L) == 11
+    assert b'state="CLOSE_WAIT"} 3.0' in first and first != second
+    assert reg.get_sample_value("connmon_sockets", CW) == 11
 
 
 def test_job_hosts_are_served_per_host(clock) -> None:
@@ -201,3 +202,11 @@ def test_job_hosts_are_served_per_host(clock) -> None:
         if line.startswith("connmon_job_host_")
     ]  # fmt: skip
     assert served == []
+
+
+def test_a_shard_names_itself_and_the_shard_count(clock) -> None:
+    store, reg = make(clock, shard=2, shards=3)
+    handle(store, "findings", b"f", finding(updated=clock.t, change="fired"), "x")
+    assert reg.get_sample_value("connmon_exporter_shards", {"shard": "2"}) == 3
+    fired = {"kind": "close_wait_buildup", "severity": "critical", "shard": "2"}
+    assert reg.get_sample_value("connmon_findings_fired_total", fired) == 1

@@ -20,11 +20,28 @@ def test_aggregate_fields_become_base_unit_values() -> None:
     assert agg.labels == ("client", "web-1", "orders-consumer", "local", "2", "")
     assert agg.window_s == 60.0
     assert agg.window_end == pytest.approx(NOW - 5)
-    assert agg.sockets == {"CLOSE_WAIT": 3.0, "ESTABLISHED": 2.0, "TIME_WAIT": 0.0}
+    assert agg.sockets == {"CLOSE_WAIT": 3.0, "ESTABLISHED": 2.0}  # TIME_WAIT 0: no sample
     assert agg.gauges["connmon_connection_opens_per_second"] == pytest.approx(6 / 60)
     assert agg.gauges["connmon_close_wait_oldest_age_seconds"] == 512.0
-    assert agg.gauges["connmon_duplicate_max_idle_seconds"] == 0.0  # null -> 0
-    assert agg.closes == {"local": 0.0, "peer": pytest.approx(3 / 60), "unknown": 0.0}
+    assert agg.closes == {"peer": pytest.approx(3 / 60)}
+
+
+def test_a_healthy_series_is_only_what_it_says() -> None:
+    """No zero count or rate and no unknown age becomes a sample: absent means none."""
+    agg = parse_aggregate(
+        aggregate(
+            sockets={"ESTABLISHED": 2, "CLOSE_WAIT": 0}, close_wait_count=0,
+            close_wait_oldest_age_s=None, close_wait_slope_per_s=None, max_idle_s=0.0,
+            opens=0, closes_peer=0, closes_after_idle=0, dup_processes=0,
+        )
+    )  # fmt: skip
+    assert agg.sockets == {"ESTABLISHED": 2.0}
+    assert agg.gauges == {"connmon_max_idle_seconds": 0.0}  # an age of 0 is a value
+    assert agg.closes == {}
+    busy = parse_aggregate(aggregate(dup_processes=1, dup_unused_processes=2, short_lived=3))
+    assert busy.gauges["connmon_duplicate_connections"] == 1.0
+    assert busy.gauges["connmon_unused_extra_connections"] == 2.0
+    assert busy.gauges["connmon_short_lived_connections_per_second"] == pytest.approx(3 / 60)
 
 
 def test_unknown_close_wait_slope_is_no_sample_not_zero() -> None:
