@@ -40,14 +40,14 @@ panels = [
         "Broker-side CLOSE_WAIT",
         "CLOSE_WAIT on the broker: clients that went away while the broker still holds the "
         "socket (seen during heavy group churn).",
-        [(f"topk(20, connmon_close_wait_sockets{{{F}}})", PEER)],
+        [(f'topk(20, connmon_sockets{{{F}, state="CLOSE_WAIT"}})', PEER)],
         "short",
         thresholds=[(d.close_wait_warning_count, "orange"), (d.close_wait_critical_count, "red")],
     ),
     gf.timeseries(
         "Broker-side TIME_WAIT",
         "TIME_WAIT on the broker: the broker closed first (its connections.max.idle.ms fired).",
-        [(f"topk(20, connmon_time_wait_sockets{{{F}}})", PEER)],
+        [(f'topk(20, connmon_sockets{{{F}, state="TIME_WAIT"}})', PEER)],
         "short",
         thresholds=[(d.time_wait_warning_count, "orange"), (d.time_wait_critical_count, "red")],
     ),

@@ -28,7 +28,7 @@ panels = [
         "CLOSE_WAIT sockets",
         "Sockets the broker closed that the client application has not closed. Lines: "
         "close_wait_buildup warning and critical counts.",
-        [(f"connmon_close_wait_sockets{{{F}}}", BY)],
+        [(f'connmon_sockets{{{F}, state="CLOSE_WAIT"}}', BY)],
         "short",
         thresholds=[(d.close_wait_warning_count, "orange"), (d.close_wait_critical_count, "red")],
     ),
@@ -102,8 +102,8 @@ panels = [
         "TIME_WAIT and SYN_SENT",
         "TIME_WAIT (client closed first) and SYN_SENT (connects not answered) sockets.",
         [
-            (f"connmon_time_wait_sockets{{{F}}}", "TIME_WAIT " + BY),
-            (f"connmon_syn_sent_sockets{{{F}}}", "SYN_SENT " + BY),
+            (f'connmon_sockets{{{F}, state="TIME_WAIT"}}', "TIME_WAIT " + BY),
+            (f'connmon_sockets{{{F}, state="SYN_SENT"}}', "SYN_SENT " + BY),
         ],
         "short",
         thresholds=[(d.time_wait_warning_count, "orange")],

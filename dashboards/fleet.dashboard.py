@@ -1,155 +1,190 @@
-"""Fleet overview: the worst client x broker pairs by CLOSE_WAIT, churn and storms, and every
-active finding."""
+"""Fleet overview from the recording rules alone: findings, CLOSE_WAIT, churn and broker
+trouble per cluster, app, broker and client library. No query here reads a per-series metric,
+so the dashboard costs the same with a hundred series or a million; the client and broker
+drill-downs show the series behind a number."""
 
 from streaming.mixin import grafana as gf
+from streaming.mixin import rules as r
 from streaming.mixin.config import DEFAULT as cfg
 
 d = cfg.detectors
 ex = cfg.exporter_selector
-F = f'{ex}, cluster=~"$cluster", host=~"$host", app=~"$app", broker_id=~"$broker"'
-PAIR = "{{app}} @ {{host}} -> {{cluster}}/{{broker_id}} ({{side}})"
+C = 'cluster=~"$cluster"'
+APP = f'{C}, app=~"$app"'
+BROKER = f'{C}, broker_id=~"$broker"'
+APP_LEGEND = "{{cluster}} {{app}} ({{side}})"
+BROKER_LEGEND = "{{cluster}} broker {{broker_id}} ({{side}})"
+CW = 'state="CLOSE_WAIT"'
+
+
+def total(expr: str) -> str:
+    """A stat's sum: 0, not "No data", when nothing is counted (absent means none)."""
+    return f"sum({expr}) or vector(0)"
+
+
+def worst(rule: str, matchers: str) -> str:
+    return f"topk(10, {rule}{{{matchers}}})"
+
 
 panels = [
     gf.stat(
         "Critical findings",
         "Findings the job reports as critical right now (all kinds).",
-        [('sum(kind_severity:connmon_finding_active:sum{severity="critical"})', "")],
+        [(total(f'{r.FINDINGS}{{{APP}, severity="critical"}}'), "")],
         "short",
         thresholds=[(1, "red")],
     ),
     gf.stat(
         "Warning findings",
         "Findings the job reports as warning right now (all kinds).",
-        [('sum(kind_severity:connmon_finding_active:sum{severity="warning"})', "")],
+        [(total(f'{r.FINDINGS}{{{APP}, severity="warning"}}'), "")],
         "short",
         thresholds=[(1, "orange")],
     ),
     gf.stat(
-        "Stuck CLOSE_WAIT sockets",
-        "CLOSE_WAIT sockets across the selected hosts, apps and brokers.",
-        [(f"sum(connmon_close_wait_sockets{{{F}}})", "")],
+        "CLOSE_WAIT sockets",
+        "CLOSE_WAIT sockets of the selected clusters and apps, both sides. Colours: the "
+        "close_wait_buildup detector's warning and critical counts for one client x broker "
+        "pair.",
+        [(total(f"{r.SOCKETS_BY_APP}{{{APP}, {CW}}}"), "")],
         "short",
         thresholds=[(d.close_wait_warning_count, "orange"), (d.close_wait_critical_count, "red")],
     ),
     gf.stat(
         "Connection opens",
-        "Connections opened per second across the selection (window average).",
-        [(f"sum(connmon_connection_opens_per_second{{{F}}})", "")],
+        "Connections opened per second by the selected apps (client side, window average).",
+        [(total(f'{r.OPENS_BY_APP}{{{APP}, side="client"}}'), "")],
         "cps",
     ),
     gf.table(
-        "Active findings",
-        "Every finding the job reports as firing: kind, severity and the client x broker pair.",
-        f"connmon_finding_active{{{F}}}",
+        "Active findings by app",
+        "Findings firing now per cluster, app, kind and severity; the client and broker "
+        "dashboards show the hosts and brokers behind them.",
+        f"{r.FINDINGS}{{{APP}}}",
     ),
     gf.table(
         "Client libraries",
-        "Client x broker pairs by the Kafka client library and version the agent identified "
+        "Client x broker series by the Kafka client library and version the agent identified "
         "in the client process (docs/client-libraries.md says how each holds connections).",
-        f"count by (client_library, client_version) (connmon_client_library_info{{{F}}})",
+        f"{r.LIBRARIES}{{{C}}}",
+    ),
+    gf.row("Worst apps and brokers"),
+    gf.timeseries(
+        "Brokers failing their clients",
+        "Per broker, the client hosts that see it drop busy connections, refuse connects or "
+        "leave them unanswered: what the broker alert counts. The line is the alert's "
+        "threshold.",
+        [(worst(r.FAILING_HOSTS, BROKER), "{{cluster}} broker {{broker_id}}")],
+        "short",
+        thresholds=[(cfg.broker_unavailable_hosts, "red")],
+        width=24,
     ),
     gf.timeseries(
-        "Worst pairs by CLOSE_WAIT",
-        "Top 10 client x broker pairs by CLOSE_WAIT sockets. Lines: warning and critical "
-        "thresholds of the close_wait_buildup detector.",
-        [(f"topk(10, connmon_close_wait_sockets{{{F}}})", PAIR)],
+        "Apps by CLOSE_WAIT",
+        "The 10 apps with the most CLOSE_WAIT sockets. Lines: the close_wait_buildup "
+        "detector's warning and critical counts for one client x broker pair.",
+        [(worst(r.SOCKETS_BY_APP, f"{APP}, {CW}"), APP_LEGEND)],
         "short",
         thresholds=[(d.close_wait_warning_count, "orange"), (d.close_wait_critical_count, "red")],
     ),
     gf.timeseries(
-        "Worst pairs by oldest CLOSE_WAIT",
-        "Top 10 pairs by the age of their oldest CLOSE_WAIT socket; the line is the grace "
-        "period after which CLOSE_WAIT counts as stuck.",
-        [(f"topk(10, connmon_close_wait_oldest_age_seconds{{{F}}})", PAIR)],
-        "s",
-        thresholds=[(d.close_wait_grace_s, "orange")],
+        "Brokers by CLOSE_WAIT",
+        "The 10 brokers with the most CLOSE_WAIT sockets toward them (client side) or on them "
+        "(broker side).",
+        [(worst(r.SOCKETS_BY_BROKER, f"{BROKER}, {CW}"), BROKER_LEGEND)],
+        "short",
     ),
     gf.timeseries(
-        "Worst pairs by idle-timeout churn",
-        "Top 10 pairs by connections closed after being idle (reaped by "
-        "connections.max.idle.ms or a load balancer), per second.",
-        [(f"topk(10, connmon_idle_closes_per_second{{{F}}})", PAIR)],
+        "Apps by idle-timeout churn",
+        "The 10 apps with the most connections closed after idling (reaped by "
+        "connections.max.idle.ms or a load balancer), and with the most re-opens after such "
+        "a close, per second.",
+        [
+            (worst(r.IDLE_CLOSES_BY_APP, APP), "idle closes " + APP_LEGEND),
+            (worst(r.IDLE_RECONNECTS_BY_APP, APP), "reconnects " + APP_LEGEND),
+        ],
         "cps",
     ),
     gf.timeseries(
-        "Worst pairs by connection opens (storms)",
-        "Top 10 pairs by connections opened per second; the line is the connection_storm "
-        "detector's threshold.",
-        [(f"topk(10, connmon_connection_opens_per_second{{{F}}})", PAIR)],
+        "Brokers by idle-timeout churn",
+        "The 10 brokers whose connections are most often closed after idling, and re-opened "
+        "after such a close, per second: a broker's connections.max.idle.ms, or a load "
+        "balancer in front of it, reaping its clients.",
+        [
+            (worst(r.IDLE_CLOSES_BY_BROKER, BROKER), "idle closes " + BROKER_LEGEND),
+            (worst(r.IDLE_RECONNECTS_BY_BROKER, BROKER), "reconnects " + BROKER_LEGEND),
+        ],
+        "cps",
+    ),
+    gf.timeseries(
+        "Apps by connection opens (storms)",
+        "The 10 apps opening the most connections per second; the line is the "
+        "connection_storm detector's threshold for one client x broker pair.",
+        [(worst(r.OPENS_BY_APP, APP), APP_LEGEND)],
         "cps",
         thresholds=[(d.storm_opens_per_min / 60, "red")],
     ),
     gf.timeseries(
+        "Brokers by connection opens",
+        "The 10 brokers with the most connections opened per second toward them (client "
+        "side) or on them (broker side): a broker's reconnect wave shows here first.",
+        [(worst(r.OPENS_BY_BROKER, BROKER), BROKER_LEGEND)],
+        "cps",
+    ),
+    gf.timeseries(
+        "Apps hit by broker drops and failed connects",
+        "The 10 apps with the most connections a broker closed while in use, and with the "
+        "most failed connects (seen with the agent's eBPF collector), per second.",
+        [
+            (worst(r.DROPS_BY_APP, APP), "dropped " + APP_LEGEND),
+            (worst(r.FAILED_CONNECTS_BY_APP, APP), "failed connects " + APP_LEGEND),
+        ],
+        "cps",
+    ),
+    gf.timeseries(
+        "Brokers by drops and failed connects",
+        "The 10 brokers that close the most connections while in use, and that fail the most "
+        "connects, per second.",
+        [
+            (worst(r.DROPS_BY_BROKER, BROKER), "dropped " + BROKER_LEGEND),
+            (worst(r.FAILED_CONNECTS_BY_BROKER, BROKER), "failed connects " + BROKER_LEGEND),
+        ],
+        "cps",
+    ),
+    gf.row("Fleet-wide"),
+    gf.timeseries(
         "Sockets by state",
-        "Kafka sockets of the selection by TCP state.",
-        [(f"sum by (state) (connmon_sockets{{{F}}})", "{{state}}")],
+        "All Kafka sockets of the selected clusters by TCP state and side.",
+        [(f"{r.SOCKETS_BY_STATE}{{{C}}}", "{{cluster}} {{state}} ({{side}})")],
         "short",
-        stack=True,
+    ),
+    gf.timeseries(
+        "Client sockets by library",
+        "Client-side sockets by the client library the agent identified and TCP state.",
+        [(f"{r.SOCKETS_BY_LIBRARY}{{{C}}}", "{{cluster}} {{client_library}} {{state}}")],
+        "short",
     ),
     gf.timeseries(
         "Findings by kind",
-        "Active findings by kind and severity over time.",
-        [("kind_severity:connmon_finding_active:sum", "{{kind}} ({{severity}})")],
+        "Active findings of the selected clusters and apps by kind and severity over time.",
+        [(f"sum by (kind, severity) ({r.FINDINGS}{{{APP}}})", "{{kind}} ({{severity}})")],
         "short",
     ),
     gf.timeseries(
         "Findings fired per hour",
         "Rate at which findings fire, per hour, by kind and severity at firing, counted by the "
-        "exporter from the findings topic: includes findings that fired and resolved between "
-        "two scrapes, which the active findings never show. Exporter replicas read the same "
-        "topic, hence max.",
+        "exporters from the findings topic (a few series per exporter, not per client x broker "
+        "pair): includes findings that fired and resolved between two scrapes, which the "
+        "active findings never show. Summed over shards; replicas that serve the same shard "
+        "count the same findings, hence max per shard.",
         [
             (
-                "3600 * max by (kind, severity) "
-                "(rate(connmon_findings_fired_total[$__rate_interval]))",
+                "3600 * sum by (kind, severity) (max by (kind, severity, shard) "
+                f"(rate(connmon_findings_fired_total{{{ex}}}[$__rate_interval])))",
                 "{{kind}} ({{severity}})",
             )
         ],
         "short",
-    ),
-    gf.row("Fleet-wide (all hosts, recording rules)"),
-    gf.timeseries(
-        "CLOSE_WAIT by broker",
-        "CLOSE_WAIT sockets of all clients per broker and side (recording rule).",
-        [
-            (
-                "cluster_side_broker:connmon_close_wait_sockets:sum",
-                "{{cluster}} broker {{broker_id}} ({{side}})",
-            )
-        ],
-        "short",
-        width=8,
-    ),
-    gf.timeseries(
-        "CLOSE_WAIT by app",
-        "CLOSE_WAIT sockets per application across all hosts (recording rule).",
-        [("cluster_side_app:connmon_close_wait_sockets:sum", "{{cluster}} {{app}} ({{side}})")],
-        "short",
-        width=8,
-    ),
-    gf.timeseries(
-        "Sockets by state, fleet-wide",
-        "All Kafka sockets by TCP state and side (recording rule).",
-        [("cluster_side_state:connmon_sockets:sum", "{{cluster}} {{state}} ({{side}})")],
-        "short",
-        width=8,
-    ),
-    gf.timeseries(
-        "Connection opens by app",
-        "Connections opened per second per application across all hosts (recording rule).",
-        [
-            (
-                "cluster_side_app:connmon_connection_opens_per_second:sum",
-                "{{cluster}} {{app}} ({{side}})",
-            )
-        ],
-        "cps",
-    ),
-    gf.timeseries(
-        "Idle closes by app",
-        "Connections closed after idling, per second per application (recording rule).",
-        [("cluster_side_app:connmon_idle_closes_per_second:sum", "{{cluster}} {{app}} ({{side}})")],
-        "cps",
     ),
 ]
 
@@ -157,6 +192,8 @@ dashboard = gf.dashboard(
     cfg,
     "fleet",
     "connmon / Fleet overview",
-    "Kafka client connections across the fleet: worst pairs and active findings.",
+    "Kafka client connections across the fleet, from recording rules: findings, CLOSE_WAIT, "
+    "churn and broker trouble per cluster, app, broker and client library.",
     panels,
+    fleet=True,
 )

@@ -40,7 +40,7 @@ class RouteCase:
 
 def _names(cfg: MixinConfig, group: str) -> list[str]:
     rules = next(g["rules"] for g in alert_rules(cfg)["groups"] if g["name"] == group)
-    return [r["alert"] for r in rules]
+    return [r["alert"] for r in rules if "alert" in r]
 
 
 def _any_of(names: list[str]) -> str:

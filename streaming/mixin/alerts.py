@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.mixin.config import MixinConfig
+from streaming.mixin.rules import FAILING_HOSTS, failing_hosts_expr
 
 FINDING_LABELS = "kind, severity, side, host, app, cluster, broker_id, peer_host"
 FINDING_GROUP, BROKER_GROUP, PIPELINE_GROUP = (
@@ -133,19 +134,14 @@ def _labels(*names: str) -> dict[str, str]:
 def broker_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
     """A broker that clients on several hosts see drop their connections or refuse their
     connects: down or restarting. It inhibits the churn and storms it causes on its clients
-    (deploy/alertmanager)."""
-    ex = cfg.exporter_selector
-    seen = (
-        f'connmon_broker_dropped_connections_per_second{{side="client", {ex}}} > 0 or '
-        f'connmon_connect_failures_per_second{{side="client", {ex}}} > 0 or '
-        f'connmon_syn_sent_sockets{{side="client", {ex}}} > 0'
-    )
+    (deploy/alertmanager). It reads a fleet roll-up, recorded first in the same group so the
+    alert sees this evaluation's value, not the previous one."""
     return [
+        {"record": FAILING_HOSTS, "expr": failing_hosts_expr(cfg.exporter_selector)},
         _alert(
             cfg,
             BROKER_ALERT,
-            f"count by (cluster, broker_id) (max by (cluster, broker_id, host) ({seen})) "
-            f">= {cfg.broker_unavailable_hosts}",
+            f"{FAILING_HOSTS} >= {cfg.broker_unavailable_hosts}",
             cfg.broker_unavailable_for,
             "A Kafka broker is dropping or refusing its clients' connections.",
             "Clients on {{ $value }} hosts see broker {{ $labels.broker_id }} of cluster "
@@ -155,7 +151,7 @@ def broker_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             "warning",
             "broker",
             _labels("cluster", "broker_id"),
-        )
+        ),
     ]
 
 
@@ -263,6 +259,22 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             "late{{ else }}its windows close and its findings fire late{{ end }}. "
             "Fix NTP/chrony on that host.",
             "warning",
+        ),
+        _alert(
+            cfg,
+            "ConnMonExporterDown",
+            # A shard that Prometheus cannot scrape, or one that was never started (fewer shard
+            # indexes scraped than the shards configured): its series are not served.
+            f"up{{{ex}}} == 0 or count by (job) (count by (job, shard) "
+            f"(connmon_exporter_shards{{{ex}}})) < max by (job) (connmon_exporter_shards{{{ex}}})",
+            cfg.exporter_down_for,
+            "A connmon exporter is down or a shard of the series is not served.",
+            "{{ if $labels.instance }}Prometheus cannot scrape the connmon exporter "
+            "{{ $labels.instance }}{{ else }}Only {{ $value }} exporter shards of job "
+            "{{ $labels.job }} are scraped, fewer than configured (--shards){{ end }}: the "
+            "findings and series of the missing share are not served, and their alerts "
+            "cannot fire.",
+            "critical",
         ),
         _alert(
             cfg,

@@ -80,7 +80,7 @@ def lint_dashboard(dash: dict[str, Any]) -> list[str]:
     ds = variables.get("datasource")
     if not ds or ds["type"] != "datasource" or ds["query"] != "prometheus":
         problems.append(f"{uid}: needs a 'datasource' variable of type datasource (prometheus)")
-    for name in ("host", "app", "broker"):
+    for name in ("cluster", "app", "broker"):
         if name not in variables:
             problems.append(f"{uid}: template variable ${name} missing")
     for v in variables.values():

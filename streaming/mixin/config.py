@@ -37,6 +37,7 @@ class MixinConfig:
     dead_letter_for: str = "10m"
     clock_skew_for: str = "5m"
     cardinality_for: str = "5m"
+    exporter_down_for: str = "5m"
     broker_unavailable_for: str = "1m"  # shorter than finding_for: it must inhibit first
 
     # Pipeline-health thresholds (seconds unless the name says otherwise).
@@ -127,7 +128,9 @@ class MixinConfig:
             "limits": {"cpu": "1", "memory": "512Mi"},
         }
     )
-    exporter_replicas: int = 1
+    # Exporters splitting the series (a StatefulSet; pod N serves shard N). Size it so each
+    # holds at most exporter_series_limit series (benchmarks/exporter has the figures).
+    exporter_shards: int = 1
     exporter_resources: dict[str, dict[str, str]] = field(
         default_factory=lambda: {
             "requests": {"cpu": "100m", "memory": "256Mi"},

@@ -11,6 +11,7 @@ from typing import Any
 import attr
 from grafanalib import core as g
 
+from streaming.mixin import rules
 from streaming.mixin.config import MixinConfig
 
 SCHEMA_VERSION = 39
@@ -144,9 +145,38 @@ def layout(panels: Iterable[g.Panel]) -> list[g.Panel]:
     return out
 
 
-def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
+def _var(name: str, label: str, query: str) -> g.Template:
+    return g.Template(
+        name=name,
+        label=label,
+        dataSource=DATASOURCE,
+        query=query,
+        includeAll=True,
+        multi=True,
+        allValue=".*",
+        default="$__all",
+        refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
+        sort=g.SORT_ALPHA_ASC,
+    )
+
+
+def fleet_variables() -> list[g.Template]:
+    """cluster, app, broker from the fleet roll-ups: no per-series query, even for a list."""
+    return [
+        _var("cluster", "Cluster", f"label_values({rules.SOCKETS_BY_STATE}, cluster)"),
+        _var("app", "App", f'label_values({rules.SOCKETS_BY_APP}{{cluster=~"$cluster"}}, app)'),
+        _var(
+            "broker",
+            "Broker",
+            f'label_values({rules.SOCKETS_BY_BROKER}{{cluster=~"$cluster"}}, broker_id)',
+        ),
+    ]
+
+
+def variables(cfg: MixinConfig, side: str | None = None, fleet: bool = False) -> list[g.Template]:
     """datasource, cluster, host, app, broker: chained, multi-select, refreshed on time range
-    change. Broker ids repeat across Kafka clusters, so the cluster comes first."""
+    change. Broker ids repeat across Kafka clusters, so the cluster comes first. ``fleet``:
+    cluster, app and broker from the roll-ups."""
     side_m = f'side="{side}"' if side else ""
     base = f"connmon_sockets{{{cfg.exporter_selector}{', ' + side_m if side_m else ''}"
     ds = g.Template(
@@ -158,19 +188,10 @@ def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
     )
 
     def query_var(name: str, label: str, label_name: str, extra: str) -> g.Template:
-        return g.Template(
-            name=name,
-            label=label,
-            dataSource=DATASOURCE,
-            query=f"label_values({base}{extra}}}, {label_name})",
-            includeAll=True,
-            multi=True,
-            allValue=".*",
-            default="$__all",
-            refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
-            sort=g.SORT_ALPHA_ASC,
-        )
+        return _var(name, label, f"label_values({base}{extra}}}, {label_name})")
 
+    if fleet:
+        return [ds, *fleet_variables()]
     return [
         ds,
         query_var("cluster", "Cluster", "cluster", ""),
@@ -184,7 +205,7 @@ def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
 
 def dashboard(
     cfg: MixinConfig, uid: str, title: str, description: str, panels: Iterable[g.Panel],
-    side: str | None = None,
+    side: str | None = None, fleet: bool = False,
 ) -> g.Dashboard:  # fmt: skip
     return g.Dashboard(
         title=title,
@@ -196,7 +217,7 @@ def dashboard(
         time=g.Time(cfg.dashboard_time_from, "now"),
         timezone="utc",
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        templating=g.Templating(list=variables(cfg, side)),
+        templating=g.Templating(list=variables(cfg, side, fleet)),
         panels=layout(panels),
     )
 

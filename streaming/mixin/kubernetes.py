@@ -1,5 +1,5 @@
 """Kubernetes objects for connmon, from the same rules and config: the Prometheus Operator's
-PrometheusRule and ServiceMonitors, and the workloads (agent DaemonSet, exporter Deployment,
+PrometheusRule and ServiceMonitors, and the workloads (agent DaemonSet, exporter StatefulSet,
 Spark job driver Deployment), their RBAC, NetworkPolicies, config files and the kustomization
 tying them together. Every function is pure: config in, plain dicts (or text) out.
 """
@@ -372,12 +372,15 @@ def exporter_env(cfg: MixinConfig) -> dict[str, str]:
     return {
         "CONNMON_BOOTSTRAP_SERVERS": cfg.kafka_bootstrap_servers,
         "CONNMON_EXPORTER_SERIES_LIMIT": str(cfg.exporter_series_limit),
+        # Must equal the StatefulSet's replicas: change both through the mixin's exporter_shards.
+        "CONNMON_EXPORTER_SHARDS": str(cfg.exporter_shards),
         "CONNMON_EXPORTER_STALENESS": "300",
         "CONNMON_EXPORTER_FINDING_STALENESS": "1800",
     }
 
 
-def exporter_deployment(cfg: MixinConfig) -> dict[str, Any]:
+def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
+    """One pod per shard: the pod name's ordinal (``connmon-exporter-2``) is its shard index."""
     tmp_vol, tmp_mount = tmp_volume()
     container = {
         "name": "exporter",
@@ -390,7 +393,10 @@ def exporter_deployment(cfg: MixinConfig) -> dict[str, Any]:
             "--series-limit=$(CONNMON_EXPORTER_SERIES_LIMIT)",
             "--staleness=$(CONNMON_EXPORTER_STALENESS)",
             "--finding-staleness=$(CONNMON_EXPORTER_FINDING_STALENESS)",
+            "--shards=$(CONNMON_EXPORTER_SHARDS)",
+            "--shard-index=$(POD_NAME)",
         ],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "envFrom": [{"configMapRef": {"name": "connmon-exporter"}}],
         "ports": [{"name": "metrics", "containerPort": cfg.exporter_port, "protocol": "TCP"}],
         "livenessProbe": {**http_probe(30, 3), "initialDelaySeconds": 30},
@@ -401,10 +407,13 @@ def exporter_deployment(cfg: MixinConfig) -> dict[str, Any]:
     }
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": "StatefulSet",
         "metadata": metadata(cfg, "connmon-exporter", "exporter"),
         "spec": {
-            "replicas": cfg.exporter_replicas,
+            "serviceName": "connmon-exporter",
+            "replicas": cfg.exporter_shards,
+            # Shards are independent: start and replace them all at once, not one by one.
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector("exporter")},
             "template": {
                 "metadata": {"labels": labels(cfg, "exporter")},
@@ -670,8 +679,8 @@ def manifests(cfg: MixinConfig) -> dict[str, list[dict[str, Any]]]:
             metrics_service(cfg, "agent", cfg.agent_port, headless=True),
         ],
         "exporter.yaml": [
-            exporter_deployment(cfg),
-            metrics_service(cfg, "exporter", cfg.exporter_port, headless=False),
+            exporter_statefulset(cfg),
+            metrics_service(cfg, "exporter", cfg.exporter_port, headless=True),
         ],
         "job.yaml": [job_deployment(cfg), job_driver_service(cfg)],
         "networkpolicy.yaml": network_policies(cfg),

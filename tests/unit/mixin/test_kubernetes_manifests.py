@@ -55,7 +55,7 @@ def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 AGENT = _by("DaemonSet", "connmon-agent")
 AGENT_SA = "connmon-agent"
-EXPORTER = _by("Deployment", "connmon-exporter")
+EXPORTER = _by("StatefulSet", "connmon-exporter")
 DRIVER = _by("Deployment", "connmon-job")
 WORKLOADS = [AGENT, EXPORTER, DRIVER]
 RESTRICTED_PODS = {"exporter": EXPORTER, "job driver": DRIVER, "job executor": TEMPLATE}
@@ -117,7 +117,7 @@ def test_schema_validation_catches_mistakes() -> None:
     _container(bad)["securityContext"]["capabilites"] = {"add": ["SYS_ADMIN"]}
     with pytest.raises(kubernetes_validate.ValidationError, match="capabilites"):
         kubernetes_validate.validate(bad, KUBERNETES_VERSIONS[0], strict=True)
-    bad = kubernetes.exporter_deployment(DEFAULT)
+    bad = kubernetes.exporter_statefulset(DEFAULT)
     bad["spec"]["replicas"] = "one"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, KUBERNETES_VERSIONS[0], strict=True)
@@ -738,18 +738,26 @@ def test_agent_arguments_and_config_parse(tmp_path: Path) -> None:
 
 
 def test_exporter_arguments_and_config_parse() -> None:
-    env = CONFIGMAPS["connmon-exporter"]["data"]
-    ns = build_parser().parse_args(_expand(_container(EXPORTER)["args"], env))
-    conf = exporter_config.build(
-        bootstrap_servers=ns.bootstrap_servers,
-        listen=ns.listen,
-        series_limit=ns.series_limit,
-        staleness_s=ns.staleness,
-        finding_staleness_s=ns.finding_staleness,
-    )
-    assert (conf.listen_host, conf.listen_port) == ("0.0.0.0", DEFAULT.exporter_port)
-    assert conf.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
-    assert conf.series_limit == DEFAULT.exporter_series_limit
+    assert CONFIGMAPS["connmon-exporter"]["data"] == kubernetes.exporter_env(DEFAULT)
+    cfg = DEFAULT.replace(exporter_shards=3)
+    (sts,) = [d for d in kubernetes.manifests(cfg)["exporter.yaml"] if d["kind"] == "StatefulSet"]
+    for ordinal in range(sts["spec"]["replicas"]):
+        pod_env = {**kubernetes.exporter_env(cfg), "POD_NAME": f"connmon-exporter-{ordinal}"}
+        ns = build_parser().parse_args(_expand(_container(sts)["args"], pod_env))
+        conf = exporter_config.build(
+            bootstrap_servers=ns.bootstrap_servers,
+            listen=ns.listen,
+            series_limit=ns.series_limit,
+            staleness_s=ns.staleness,
+            finding_staleness_s=ns.finding_staleness,
+            shards=ns.shards,
+            shard_index=ns.shard_index,
+        )
+        assert (conf.listen_host, conf.listen_port) == ("0.0.0.0", DEFAULT.exporter_port)
+        assert conf.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
+        assert conf.series_limit == DEFAULT.exporter_series_limit
+        # Every pod serves its own shard of as many as there are pods.
+        assert (conf.shard.index, conf.shard.count) == (ordinal, 3)
 
 
 def test_job_arguments_and_config_parse(tmp_path: Path) -> None:

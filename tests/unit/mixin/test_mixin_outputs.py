@@ -10,20 +10,23 @@ import pytest
 import yaml
 
 from streaming.metricnames import ALL_METRICS, FORBIDDEN_LABELS, series_names
+from streaming.metricnames.connmon import AGGREGATE_METRICS, FINDING_METRICS
 from streaming.mixin import build, check
 from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT
 from streaming.mixin.promql import grafana_to_promql, metric_names
+from streaming.mixin.rules import DERIVED_METRICS, FAILING_HOSTS
 
 ROOT = build.ROOT
 RULES, DASHES = check.load_outputs()
-ALERTS = [r for g in RULES[0]["groups"] for r in g["rules"]]
+ALERTS = [r for g in RULES[0]["groups"] for r in g["rules"] if "alert" in r]
+RECORDS = [r for doc in RULES for g in doc["groups"] for r in g["rules"] if "record" in r]
 EXPECTED_ALERTS = {
     "ConnMonCloseWaitBuildup", "ConnMonIdleChurn", "ConnMonDuplicateConnections",
     "ConnMonIdleZombie", "ConnMonConnectionStorm", "ConnMonTimeWaitPileup", "ConnMonAgentDown",
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
     "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInputLost",
-    "ConnMonJobInternalErrors", "ConnMonBrokerUnavailable",
+    "ConnMonJobInternalErrors", "ConnMonBrokerUnavailable", "ConnMonExporterDown",
 }  # fmt: skip
 
 
@@ -71,7 +74,9 @@ def test_runbook_has_a_section_per_alert() -> None:
 def test_one_setting_moves_every_runbook_link() -> None:
     base = "https://git.example.com/ops/connmon/blob/main/docs/runbook.md"
     rules = alert_rules(DEFAULT.replace(runbook_url_base=base))
-    urls = [r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"]]
+    urls = [
+        r["annotations"]["runbook_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r
+    ]
     assert len(urls) == len(EXPECTED_ALERTS)
     assert all(u.startswith(base + "#connmon") for u in urls)
 
@@ -92,11 +97,11 @@ def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
 
 
 def test_recording_rules_are_level_metric_operation() -> None:
-    for group in RULES[1]["groups"]:
-        for rule in group["rules"]:
-            level, metric, op = rule["record"].split(":")
-            assert level and op == "sum"
-            assert metric in series_names()
+    assert RECORDS
+    for rule in RECORDS:
+        level, metric, op = rule["record"].split(":")
+        assert level and op in ("sum", "count")
+        assert metric in series_names() or metric in DERIVED_METRICS, metric
 
 
 def _all_exprs() -> list[tuple[str, str]]:
@@ -113,9 +118,29 @@ def test_unknown_metric_is_caught() -> None:
     assert check.unknown_metrics(bogus, RULES) == [("x", "connmon_made_up_total")]
 
 
-def test_every_recording_rule_is_used_by_a_dashboard() -> None:
+def test_every_recording_rule_is_used_by_a_dashboard_or_an_alert() -> None:
     used = {n for d in DASHES for _, e in check.dashboard_exprs(d) for n in metric_names(e)}
+    used |= {n for a in ALERTS for n in metric_names(a["expr"])}
     assert check.recorded_names(RULES) <= used
+
+
+def test_the_fleet_dashboard_reads_only_roll_ups() -> None:
+    """Per-series data can be 100k+ series: the fleet view must not scan it, not even for its
+    variables. The exporter's own counters are not per series."""
+    (fleet,) = [d for d in DASHES if d["uid"].endswith("fleet")]
+    exprs = [e for _, e in check.dashboard_exprs(fleet)]
+    exprs += [v["query"] for v in fleet["templating"]["list"] if v["type"] == "query"]
+    per_series = {m.name for m in AGGREGATE_METRICS + FINDING_METRICS} - {
+        "connmon_findings_fired_total"
+    }
+    names = {n for e in exprs for n in metric_names(e)}
+    assert names and not names & per_series
+    assert names & check.recorded_names(RULES)
+
+
+def test_the_broker_alert_reads_a_roll_up() -> None:
+    (alert,) = [a for a in ALERTS if a["alert"] == "ConnMonBrokerUnavailable"]
+    assert metric_names(alert["expr"]) == {FAILING_HOSTS}
 
 
 @pytest.mark.parametrize(
@@ -160,8 +185,9 @@ def test_dashboards_are_modern_grafana_json() -> None:
     for d in DASHES:
         assert d["schemaVersion"] == 39
         assert {"rows", "style", "sharedCrosshair", "hideControls"}.isdisjoint(d)
+        fleet = d["uid"].endswith("fleet")  # no host: the fleet reads roll-ups only
         assert [v["name"] for v in d["templating"]["list"]] == [
-            "datasource", "cluster", "host", "app", "broker",
+            "datasource", "cluster", *(() if fleet else ("host",)), "app", "broker",
         ]  # fmt: skip
         assert d["refresh"] == DEFAULT.dashboard_refresh
         for p in d["panels"]:
@@ -183,8 +209,13 @@ def test_alert_texts_follow_the_detector_config() -> None:
 def test_selectors_flow_into_every_rule() -> None:
     cfg = DEFAULT.replace(exporter_selector='job="other"', agent_selector='job="ag"')
     for group in alert_rules(cfg)["groups"]:
+        recorded = {r["record"]: r["expr"] for r in group["rules"] if "record" in r}
         for rule in group["rules"]:
-            assert 'job="other"' in rule["expr"] or 'job="ag"' in rule["expr"]
+            # An alert on a roll-up gets the selector through the rule recording it.
+            reads = [rule["expr"]] + [
+                recorded[n] for n in metric_names(rule["expr"]) & set(recorded)
+            ]
+            assert any('job="other"' in e or 'job="ag"' in e for e in reads), rule["expr"]
             assert "connmon-exporter" not in rule["expr"]
 
 
