@@ -22,7 +22,7 @@ CHARTS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "CLOSE_WAIT sockets by client",
-        'sum by (app) (connmon_close_wait_sockets{side="client"})',
+        'sum by (app) (connmon_sockets{side="client", state="CLOSE_WAIT"})',
         "sockets",
     ),
     (
@@ -32,7 +32,7 @@ CHARTS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "TIME_WAIT sockets by client",
-        'sum by (app) (connmon_time_wait_sockets{side="client"})',
+        'sum by (app) (connmon_sockets{side="client", state="TIME_WAIT"})',
         "sockets",
     ),
     (
