@@ -66,21 +66,27 @@ def dashboards_json(directory: Path = DASHBOARD_DIR) -> dict[str, dict[str, Any]
 _ABSENT_MEANS_NONE = """\
 ## Absent means none
 
-Per client x broker series, the exporter writes only what says something: a TCP state with no
-socket, a count or a per-window rate of zero, the age of a CLOSE_WAIT socket or an idle time
-with no such socket has no sample, not a 0. A healthy client series (ESTABLISHED sockets, no
-event in its window, client library known) is three samples: `connmon_sockets{state=
-"ESTABLISHED"}`, `connmon_max_idle_seconds` and `connmon_client_library_info`; a broker-side
-one two. When a value returns to zero its sample leaves the scrape and Prometheus marks it
-stale at once, so a threshold alert resolves at the next evaluation. A sum over series with
-none is no sample: dashboards' stat panels show 0 for it, other queries add `or vector(0)`.
+For each client x broker series the exporter writes a sample only when it says something. A
+TCP state with no socket, a count or a per-window rate of zero, the age of the oldest
+CLOSE_WAIT socket or the idle time of the ESTABLISHED ones when there is no such socket: none
+of these has a sample, not even a 0.
 
-Fleet dashboards and fleet alerts read the recording rules below, never the per-series
-metrics; the client and broker drill-downs read the series of one host, app or broker.
+- A healthy, steady client series costs three samples: its ESTABLISHED sockets
+  (`connmon_sockets{state="ESTABLISHED"}`), `connmon_max_idle_seconds` and, when the agent
+  identified the client library, `connmon_client_library_info`. A broker-side series costs
+  two. Another state, event rate or age adds a sample only while there is something to count.
+- When a value drops to zero its sample leaves the scrape and Prometheus marks it stale at
+  once: its graph line ends, and an alert on it resolves at the next evaluation.
+- An empty result means none, not missing data. A sum over series that have none is empty as
+  well: the dashboards' stat panels add `or vector(0)` to show 0.
+- The fleet dashboard and the fleet-level alert read the recording rules below (per cluster,
+  app, broker and client library) and the exporters' own counters, never the per-series
+  metrics: they cost the same for a hundred series or a million. The client and broker
+  drill-downs read the series of the host, app or broker they are filtered to.
 """
 
 
-def _users(cfg: MixinConfig, alerts: dict, rules: dict) -> dict[str, list[str]]:
+def _users(alerts: dict[str, Any], rules: dict[str, Any]) -> dict[str, list[str]]:
     """Metric name -> what reads it: alerts by name, recording rules, dashboards by uid."""
     from streaming.mixin.check import dashboard_exprs
     from streaming.mixin.promql import metric_names
@@ -112,7 +118,7 @@ def _users(cfg: MixinConfig, alerts: dict, rules: dict) -> dict[str, list[str]]:
 
 def metrics_doc(cfg: MixinConfig = DEFAULT) -> str:
     alerts, rules = alert_rules(cfg), recording_rules(cfg)
-    users = _users(cfg, alerts, rules)
+    users = _users(alerts, rules)
     lines = [
         "# Metrics",
         "",

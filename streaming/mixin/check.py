@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from streaming.metricnames import PROMETHEUS_BUILTINS, series_names
+from streaming.metricnames import ALL_METRICS, PROMETHEUS_BUILTINS, series_names
+from streaming.metricnames.connmon import SERIES_LABELS
 from streaming.mixin.alertmanager import RouteCase
 from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.mixin.promql import metric_names
@@ -67,6 +68,27 @@ def unknown_metrics(
     return [(where, n) for where, e in exprs for n in sorted(metric_names(e)) if n not in known]
 
 
+# Metrics with a sample set per client x broker series (100k+ in a fleet): a fleet dashboard
+# reads their recording-rule roll-ups instead.
+PER_SERIES_METRICS: frozenset[str] = frozenset(
+    m.name for m in ALL_METRICS if set(SERIES_LABELS) <= set(m.labels)
+)
+
+
+def is_fleet_dashboard(dash: dict[str, Any]) -> bool:
+    return str(dash.get("uid", "")).endswith("fleet")
+
+
+def per_series_reads(dash: dict[str, Any]) -> list[tuple[str, str]]:
+    """(where, name) for every per-series metric a panel or variable of ``dash`` queries."""
+    return [
+        (where, n)
+        for where, e in dashboard_exprs(dash)
+        for n in sorted(metric_names(e))
+        if n in PER_SERIES_METRICS
+    ]
+
+
 # ---- dashboard lint (the rules of grafana/dashboard-linter we rely on) ---------------------
 def lint_dashboard(dash: dict[str, Any]) -> list[str]:
     """Problems in one dashboard JSON; empty when clean."""
@@ -92,6 +114,11 @@ def lint_dashboard(dash: dict[str, Any]) -> list[str]:
     for key in ("rows", "hideControls", "sharedCrosshair", "style"):
         if key in dash:
             problems.append(f"{uid}: legacy key {key!r}")
+    if is_fleet_dashboard(dash):
+        problems += [
+            f"{where}: reads the per-series {name}; a fleet dashboard reads recording rules"
+            for where, name in per_series_reads(dash)
+        ]
     seen_ids: set[int] = set()
     for p in _panels(dash):
         where = f"{uid}/{p.get('title') or p.get('id')}"

@@ -13,6 +13,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+
+def _client_by_app(op: str, metric: str, matcher: str = "") -> str:
+    """``op by (app)`` of a client-side metric, 0 for an app whose series have no such sample:
+    counts, rates and ages are absent when there is none (docs/metrics.md), so its line drops
+    to 0 instead of ending, or of being drawn straight across the gap."""
+    selector = ", ".join(m for m in ('side="client"', matcher) if m)
+    return (
+        f"{op} by (app) ({metric}{{{selector}}}) "
+        'or 0 * group by (app) (connmon_sockets{side="client"})'
+    )
+
+
 # (title, PromQL, unit) of the charts, one line per label set of the result.
 CHARTS: tuple[tuple[str, str, str], ...] = (
     (
@@ -22,37 +34,37 @@ CHARTS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "CLOSE_WAIT sockets by client",
-        'sum by (app) (connmon_sockets{side="client", state="CLOSE_WAIT"})',
+        _client_by_app("sum", "connmon_sockets", 'state="CLOSE_WAIT"'),
         "sockets",
     ),
     (
         "Oldest CLOSE_WAIT by client",
-        'max by (app) (connmon_close_wait_oldest_age_seconds{side="client"})',
+        _client_by_app("max", "connmon_close_wait_oldest_age_seconds"),
         "seconds",
     ),
     (
         "TIME_WAIT sockets by client",
-        'sum by (app) (connmon_sockets{side="client", state="TIME_WAIT"})',
+        _client_by_app("sum", "connmon_sockets", 'state="TIME_WAIT"'),
         "sockets",
     ),
     (
         "Connection opens per second by client",
-        'sum by (app) (connmon_connection_opens_per_second{side="client"})',
+        _client_by_app("sum", "connmon_connection_opens_per_second"),
         "per second",
     ),
     (
         "Idle closes per second by client",
-        'sum by (app) (connmon_idle_closes_per_second{side="client"})',
+        _client_by_app("sum", "connmon_idle_closes_per_second"),
         "per second",
     ),
     (
         "Largest idle time by client",
-        'max by (app) (connmon_max_idle_seconds{side="client"})',
+        _client_by_app("max", "connmon_max_idle_seconds"),
         "seconds",
     ),
     (
         "Processes with duplicate connections by client",
-        'sum by (app) (connmon_duplicate_connections{side="client"})',
+        _client_by_app("sum", "connmon_duplicate_connections"),
         "processes",
     ),
     ("Alerts firing", 'count by (alertname) (ALERTS{alertstate="firing"})', "alerts"),

@@ -169,15 +169,14 @@ def test_two_leaking_apps_are_two_notifications(stack):
 
 def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
     series, hook, am = stack
+    drops = []
     for host in ("web-4", "web-5"):  # two client hosts see broker 3 drop their connections
-        series.set(
+        drops.append(series.set(
             "connmon_broker_dropped_connections_per_second", 0.5, job="connmon", side="client",
             host=host, app="ingest", cluster="prod", broker_id="3",
-        )  # fmt: skip
-    broker = wait_for(
-        "the broker's notification",
-        lambda: _groups(hook, alertname="ConnMonBrokerUnavailable", cluster="prod"),
-    )
+        ))  # fmt: skip
+    group = {"alertname": "ConnMonBrokerUnavailable", "cluster": "prod"}
+    broker = wait_for("the broker's notification", lambda: _groups(hook, **group))
     assert broker[0]["alerts"][0]["labels"]["broker_id"] == "3"
     # Now the storms its clients raise, a host-level one, and one toward a healthy broker.
     _finding(series, "connection_storm", "critical", "web-4", "ingest", "3")
@@ -201,6 +200,15 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
     for app in ("ingest", "*"):
         for alert in ("ConnMonConnectionStorm", "ConnMonIdleChurn"):
             assert _groups(hook, alertname=alert, cluster="prod", app=app) == [], (alert, app)
+
+    # The broker is back: no drop is exported any more (a rate of zero is no sample), and the
+    # alert resolves.
+    series.drop(drops)
+    resolved = wait_for(
+        "the broker's resolved notification",
+        lambda: [n for n in _groups(hook, **group) if n["status"] == "resolved"],
+    )
+    assert resolved[-1]["alerts"][0]["labels"]["broker_id"] == "3"
 
 
 def test_stack_up_runs_alertmanager_and_keeps_what_it_delivers(tmp_path, monkeypatch):

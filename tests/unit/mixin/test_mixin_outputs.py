@@ -118,24 +118,65 @@ def test_unknown_metric_is_caught() -> None:
     assert check.unknown_metrics(bogus, RULES) == [("x", "connmon_made_up_total")]
 
 
-def test_every_recording_rule_is_used_by_a_dashboard_or_an_alert() -> None:
-    used = {n for d in DASHES for _, e in check.dashboard_exprs(d) for n in metric_names(e)}
-    used |= {n for a in ALERTS for n in metric_names(a["expr"])}
+FLEET = next(d for d in DASHES if check.is_fleet_dashboard(d))
+# Read by the fleet dashboard without a roll-up: a few series per exporter, not per series.
+FIRED = "connmon_findings_fired_total"
+
+
+def _reads(dash: dict) -> set[str]:
+    return {n for _, e in check.dashboard_exprs(dash) for n in metric_names(e)}
+
+
+def test_every_recording_rule_is_read_by_the_fleet_dashboard_or_an_alert() -> None:
+    used = _reads(FLEET) | {n for a in ALERTS for n in metric_names(a["expr"])}
     assert check.recorded_names(RULES) <= used
+
+
+def test_rates_are_rolled_up_per_app_and_per_broker() -> None:
+    recorded = check.recorded_names(RULES)
+    for metric in (
+        "connmon_connection_opens_per_second", "connmon_idle_closes_per_second",
+        "connmon_idle_reconnects_per_second", "connmon_broker_dropped_connections_per_second",
+        "connmon_connect_failures_per_second",
+    ):  # fmt: skip
+        assert f"cluster_side_app:{metric}:sum" in recorded, metric
+        assert f"cluster_side_broker:{metric}:sum" in recorded, metric
 
 
 def test_the_fleet_dashboard_reads_only_roll_ups() -> None:
     """Per-series data can be 100k+ series: the fleet view must not scan it, not even for its
-    variables. The exporter's own counters are not per series."""
-    (fleet,) = [d for d in DASHES if d["uid"].endswith("fleet")]
-    exprs = [e for _, e in check.dashboard_exprs(fleet)]
-    exprs += [v["query"] for v in fleet["templating"]["list"] if v["type"] == "query"]
-    per_series = {m.name for m in AGGREGATE_METRICS + FINDING_METRICS} - {
-        "connmon_findings_fired_total"
-    }
-    names = {n for e in exprs for n in metric_names(e)}
-    assert names and not names & per_series
-    assert names & check.recorded_names(RULES)
+    variables."""
+    reads = _reads(FLEET)
+    per_series = {m.name for m in AGGREGATE_METRICS + FINDING_METRICS} - {FIRED}
+    assert reads and not reads & per_series
+    assert check.per_series_reads(FLEET) == []
+    assert reads - check.recorded_names(RULES) == {FIRED}
+    variables = [e for where, e in check.dashboard_exprs(FLEET) if "/$" in where]
+    assert len(variables) == 3
+    assert all(metric_names(e) <= check.recorded_names(RULES) for e in variables)
+
+
+def test_a_per_series_query_on_the_fleet_dashboard_fails_lint() -> None:
+    bad = copy.deepcopy(FLEET)
+    panel = next(p for p in bad["panels"] if p["type"] == "timeseries")
+    panel["targets"][0]["expr"] = 'topk(10, connmon_sockets{state="CLOSE_WAIT"})'
+    var = next(v for v in bad["templating"]["list"] if v["name"] == "app")
+    var["query"] = "label_values(connmon_client_library_info, app)"
+    problems = "\n".join(check.lint_dashboard(bad))
+    assert f"{panel['title']}/A: reads the per-series connmon_sockets" in problems
+    assert "$app: reads the per-series connmon_client_library_info" in problems
+    # The drill-downs read per-series metrics, filtered to one host, app or broker.
+    (client,) = [d for d in DASHES if d["uid"].endswith("client")]
+    assert check.per_series_reads(client) and check.lint_dashboard(client) == []
+
+
+def test_stat_panels_show_zero_when_nothing_is_counted() -> None:
+    """Counts and rates are absent when zero: a stat's sum over nothing is 0, not "No data"."""
+    stats = [(d["uid"], p) for d in DASHES for p in d["panels"] if p["type"] == "stat"]
+    assert stats
+    for uid, p in stats:
+        for t in p["targets"]:
+            assert t["expr"].startswith("sum(") and t["expr"].endswith(" or vector(0)"), uid
 
 
 def test_the_broker_alert_reads_a_roll_up() -> None:
