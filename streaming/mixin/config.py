@@ -50,6 +50,10 @@ class MixinConfig:
     # one host alone is more likely its own network.
     broker_unavailable_hosts: int = 2
     rate_window: str = "5m"
+    # How often the fleet roll-ups are evaluated (their group's interval; None: Prometheus'
+    # global evaluation_interval). They read every client x broker series, the costliest
+    # rules by far, and their inputs change once per window (60 s).
+    rollup_interval: str | None = "1m"
 
     # Dashboards.
     dashboard_refresh: str = "1m"

@@ -42,11 +42,11 @@ def _sum(labels: tuple[str, ...], metric: str) -> str:
     return record_name(labels, metric)
 
 
-# Sockets by TCP state: fleet-wide, per app, per broker (CLOSE_WAIT by app and by broker are
-# their state="CLOSE_WAIT" samples). They also list the fleet dashboard's clusters, apps and
-# brokers.
-SOCKETS_BY_STATE = _sum(("cluster", "side", "state"), "connmon_sockets")
+# Sockets by TCP state: per app, per broker and fleet-wide (CLOSE_WAIT by app and by broker
+# are their state="CLOSE_WAIT" samples). They also list the fleet dashboard's clusters, apps
+# and brokers. Fleet-wide is summed from the per-app roll-up, not from the series again.
 SOCKETS_BY_APP = _sum((*BY_APP, "state"), "connmon_sockets")
+SOCKETS_BY_STATE = record_name(("cluster", "side", "state"), "connmon_sockets")
 SOCKETS_BY_BROKER = _sum((*BY_BROKER, "state"), "connmon_sockets")
 # Connection events per second, per app and per broker.
 OPENS_BY_APP = _sum(BY_APP, "connmon_connection_opens_per_second")
@@ -99,6 +99,11 @@ def recording_rules(cfg: MixinConfig) -> dict[str, Any]:
     ]
     rules += [
         {
+            # Rules of a group run in order: the per-app roll-up above is this evaluation's.
+            "record": SOCKETS_BY_STATE,
+            "expr": f"sum by (cluster, side, state) ({SOCKETS_BY_APP})",
+        },
+        {
             "record": LIBRARIES,
             "expr": "count by (cluster, client_library, client_version) "
             f"(connmon_client_library_info{{{ex}}})",
@@ -111,4 +116,7 @@ def recording_rules(cfg: MixinConfig) -> dict[str, Any]:
             f"connmon_client_library_info{{{ex}}})",
         },
     ]
-    return {"groups": [{"name": GROUP, "rules": rules}]}
+    group: dict[str, Any] = {"name": GROUP}
+    if cfg.rollup_interval:
+        group["interval"] = cfg.rollup_interval
+    return {"groups": [{**group, "rules": rules}]}

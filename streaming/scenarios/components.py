@@ -146,6 +146,7 @@ def rule_files(detector: DetectorConfig, out_dir: Path) -> list[Path]:
         agent_selector='job="connmon"',
         finding_for=ALERT_FOR,
         rate_window="1m",
+        rollup_interval=None,  # the test Prometheus evaluates every rule group often
         # Every client of a session runs on this one host; the broker alert must fire before
         # the findings it holds back do.
         broker_unavailable_hosts=1,

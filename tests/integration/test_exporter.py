@@ -39,6 +39,7 @@ TEST_CFG = DEFAULT.replace(
     job_stalled_for="1s",
     clock_skew_for="1s",
     rate_window="1m",
+    rollup_interval=None,  # the test Prometheus evaluates every rule group often
 )
 # The job status names one host ahead past the watermark and one behind whose events were
 # dropped as late, so the host panels have data and ConnMonHostClockSkew fires for both.
@@ -177,12 +178,24 @@ def _feed(bootstrap: str, topics: dict[str, str]) -> None:
             (
                 b"client|web-2|billing|local|2",
                 agg(
-                    end=now, host="web-2", app="billing",
+                    end=now,
+                    host="web-2",
+                    app="billing",
                     sockets={"ESTABLISHED": 3, "TIME_WAIT": 4, "SYN_SENT": 1},
-                    close_wait_count=0, time_wait_count=4, syn_sent_count=1,
-                    opens=30, reopens_after_idle=2, closes_broker_drop=3, connects_failed=5,
-                    closes_after_idle=2, short_lived=4, closes_local=5, dup_processes=1,
-                    dup_unused_processes=1, client_library="java", client_version="3.9.0",
+                    close_wait_count=0,
+                    time_wait_count=4,
+                    syn_sent_count=1,
+                    opens=30,
+                    reopens_after_idle=2,
+                    closes_broker_drop=3,
+                    connects_failed=5,
+                    closes_after_idle=2,
+                    short_lived=4,
+                    closes_local=5,
+                    dup_processes=1,
+                    dup_unused_processes=1,
+                    client_library="java",
+                    client_version="3.9.0",
                 ),
             ),  # fmt: skip
             (b"bad", b"{this is not json"),
