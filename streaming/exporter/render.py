@@ -63,6 +63,7 @@ class Renderer:
 
     def __init__(self) -> None:
         self._labels: dict[tuple, str] = {}
+        self._library_labels: dict[tuple, str] = {}
         self._finding_lines: dict[tuple, str] = {}
         self._sections: dict[str, tuple[int, Part]] = {}
 
@@ -85,9 +86,11 @@ class Renderer:
             Part(self._tail(snap).encode()),
         ]
         live = len(snap.aggregates) + len(snap.findings)
-        if len(self._labels) + len(self._finding_lines) > 2 * live + 1000:
+        if len(self._labels) + len(self._finding_lines) + len(self._library_labels) > (
+            3 * live + 1000
+        ):
             # Drop entries of expired series; rebuilt on the next scrape.
-            self._labels, self._finding_lines = {}, {}
+            self._labels, self._finding_lines, self._library_labels = {}, {}, {}
         return parts
 
     def _section(self, name: str, version: int, items: list, render) -> Part:
@@ -98,9 +101,22 @@ class Renderer:
         self._sections[name] = (version, part)
         return part
 
+    def _library(self, key: tuple, library: tuple[str, str]) -> str:
+        """The library info line's labels, escaped once per series and library."""
+        text = self._library_labels.get((key, library))
+        if text is None:
+            text = f"{self._series(key)},{label_text(_LIBRARY_LABELS, library)}"
+            self._library_labels[(key, library)] = text
+        return text
+
     def _aggs(self, aggs: list[Aggregate]) -> str:
-        # Values are finite floats (parse guarantees it), so repr() is their exposition.
+        # Values are finite floats (parse guarantees it), so repr() is their exposition. Most
+        # series hold few gauges (absent means none): one pass sorts them by metric.
         rows = [(self._series(a.labels), a) for a in aggs]
+        by_metric: dict[str, list[str]] = {name: [] for name in SIMPLE_AGGREGATES}
+        for lt, a in rows:
+            for name, v in a.gauges.items():
+                by_metric[name].append(f"{name}{{{lt}}} {v!r}\n")
         out = [_header("connmon_sockets")]
         out += [
             f'connmon_sockets{{{lt},state="{_escape_state(state)}"}} {v!r}\n'
@@ -115,11 +131,11 @@ class Renderer:
         ]
         for name in SIMPLE_AGGREGATES:
             out.append(_header(name))
-            out += [f"{name}{{{lt}}} {a.gauges[name]!r}\n" for lt, a in rows if name in a.gauges]
+            out += by_metric[name]
         out.append(_header(LIBRARY_INFO))
         out += [
-            f"{LIBRARY_INFO}{{{lt},{label_text(_LIBRARY_LABELS, a.library)}}} 1.0\n"
-            for lt, a in rows
+            f"{LIBRARY_INFO}{{{self._library(a.labels, a.library)}}} 1.0\n"
+            for a in aggs
             if a.library is not None
         ]
         return "".join(out)
