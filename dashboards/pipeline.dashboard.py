@@ -102,17 +102,17 @@ panels = [
         "and input records per second a query found deleted before it read them.",
         [
             (
-                f"sum by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}"
+                f"max by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}"
                 "[$__rate_interval]))",
                 "dead-letter " + JQ,
             ),
             (
-                f"sum by (job_id, query) (rate(connmon_job_late_events_total{{{ex}}}"
+                f"max by (job_id, query) (rate(connmon_job_late_events_total{{{ex}}}"
                 "[$__rate_interval]))",
                 "late " + JQ,
             ),
             (
-                f"sum by (job_id, query) (rate(connmon_job_input_lost_records_total{{{ex}}}"
+                f"max by (job_id, query) (rate(connmon_job_input_lost_records_total{{{ex}}}"
                 "[$__rate_interval]))",
                 "input lost " + JQ,
             ),
@@ -142,8 +142,8 @@ panels = [
         "clock behind, or a backlog sent after an outage); the 10 largest.",
         [
             (
-                "topk(10, sum by (host) (rate(connmon_job_host_late_events_total"
-                f"{{{ex}}}[$__rate_interval])))",
+                "topk(10, sum by (host) (max by (job_id, query, host) "
+                f"(rate(connmon_job_host_late_events_total{{{ex}}}[$__rate_interval]))))",
                 "{{host}}",
             ),
         ],
@@ -155,8 +155,8 @@ panels = [
         "tolerance; the 10 largest.",
         [
             (
-                "topk(10, sum by (host) (rate(connmon_job_host_skewed_events_total"
-                f"{{{ex}}}[$__rate_interval])))",
+                "topk(10, sum by (host) (max by (job_id, query, host) "
+                f"(rate(connmon_job_host_skewed_events_total{{{ex}}}[$__rate_interval]))))",
                 "{{host}}",
             ),
         ],

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from streaming.errors import ConfigError
 from streaming.schema.findings import series_of_finding_key
 
-_POD_ORDINAL = re.compile(r"^.*-(\d+)$")
+# A number, or a name ending in -<number> (a StatefulSet pod's ordinal); ASCII digits only.
+_INDEX = re.compile(r"^(?:[A-Za-z0-9.]+(?:-[A-Za-z0-9.]+)*-)?([0-9]+)$")
 
 
 def series_of(role: str, key: bytes | None) -> str | None:
@@ -54,14 +55,12 @@ def parse_shard(index: str | int, count: int) -> Shard:
     ``--shards``; raises ConfigError naming the wrong one."""
     if count < 1:
         raise ConfigError(f"shards: {count} must be at least 1")
-    text = str(index).strip()
-    match = _POD_ORDINAL.match(text)
-    digits = match.group(1) if match else text
-    if not digits.isdigit():
+    match = _INDEX.match(str(index).strip())
+    if match is None:
         raise ConfigError(
             f"shard-index: {index!r} is neither a number nor a pod name ending in -<number>"
         )
-    value = int(digits)
+    value = int(match.group(1))
     if value >= count:
         raise ConfigError(f"shard-index: {value} must be below shards ({count})")
     return Shard(value, count)

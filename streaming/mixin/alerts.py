@@ -208,7 +208,7 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg,
             "ConnMonDeadLetterRate",
-            f"sum by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}[{w}])) "
+            f"max by (job_id, query) (rate(connmon_job_dead_letter_events_total{{{ex}}}[{w}])) "
             f"> {_g(cfg.dead_letter_per_s)}",
             cfg.dead_letter_for,
             "connmon is rejecting socket events to the dead-letter topic.",
@@ -220,7 +220,7 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg,
             "ConnMonJobInternalErrors",
-            f"sum by (job_id, query) (increase(connmon_job_internal_errors_total{{{ex}}}[{w}])) "
+            f"max by (job_id, query) (increase(connmon_job_internal_errors_total{{{ex}}}[{w}])) "
             "> 0",
             "0m",
             "The connmon job set aside records its own code failed on.",
@@ -232,7 +232,7 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg,
             "ConnMonJobInputLost",
-            f"sum by (job_id, query) (increase(connmon_job_input_lost_records_total{{{ex}}}"
+            f"max by (job_id, query) (increase(connmon_job_input_lost_records_total{{{ex}}}"
             f"[{w}])) > 0",
             "0m",
             "The connmon job's input was deleted before the job read it.",
@@ -263,15 +263,16 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         _alert(
             cfg,
             "ConnMonExporterDown",
-            # A shard that Prometheus cannot scrape, or one that was never started (fewer shard
-            # indexes scraped than the shards configured): its series are not served.
+            # A shard that Prometheus cannot scrape, one that was never started (fewer shard
+            # indexes scraped than the shards configured), or no exporter target at all.
             f"up{{{ex}}} == 0 or count by (job) (count by (job, shard) "
-            f"(connmon_exporter_shards{{{ex}}})) < max by (job) (connmon_exporter_shards{{{ex}}})",
+            f"(connmon_exporter_shards{{{ex}}})) < max by (job) (connmon_exporter_shards{{{ex}}})"
+            f" or absent(up{{{ex}}})",
             cfg.exporter_down_for,
             "A connmon exporter is down or a shard of the series is not served.",
             "{{ if $labels.instance }}Prometheus cannot scrape the connmon exporter "
-            "{{ $labels.instance }}{{ else }}Only {{ $value }} exporter shards of job "
-            "{{ $labels.job }} are scraped, fewer than configured (--shards){{ end }}: the "
+            "{{ $labels.instance }}{{ else }}Fewer connmon exporter shards of job "
+            "{{ $labels.job }} are scraped than configured (--shards), or none{{ end }}: the "
             "findings and series of the missing share are not served, and their alerts "
             "cannot fire.",
             "critical",

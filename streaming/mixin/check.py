@@ -102,7 +102,13 @@ def lint_dashboard(dash: dict[str, Any]) -> list[str]:
     ds = variables.get("datasource")
     if not ds or ds["type"] != "datasource" or ds["query"] != "prometheus":
         problems.append(f"{uid}: needs a 'datasource' variable of type datasource (prometheus)")
-    for name in ("cluster", "app", "broker"):
+    # The fleet overview reads roll-ups, which have no host.
+    required = (
+        ("cluster", "app", "broker")
+        if is_fleet_dashboard(dash)
+        else ("cluster", "host", "app", "broker")
+    )
+    for name in required:
         if name not in variables:
             problems.append(f"{uid}: template variable ${name} missing")
     for v in variables.values():

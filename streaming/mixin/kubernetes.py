@@ -368,7 +368,7 @@ def metrics_service(cfg: MixinConfig, component: str, port: int, headless: bool)
 
 # ---- exporter -----------------------------------------------------------------------------
 def exporter_env(cfg: MixinConfig) -> dict[str, str]:
-    """config/exporter.env: the exporter's settings, given to it as flags by the Deployment."""
+    """config/exporter.env: the exporter's settings, given to it as flags by the StatefulSet."""
     return {
         "CONNMON_BOOTSTRAP_SERVERS": cfg.kafka_bootstrap_servers,
         "CONNMON_EXPORTER_SERIES_LIMIT": str(cfg.exporter_series_limit),
@@ -412,7 +412,8 @@ def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
         "spec": {
             "serviceName": "connmon-exporter",
             "replicas": cfg.exporter_shards,
-            # Shards are independent: start and replace them all at once, not one by one.
+            # Shards are independent: create or remove them all at once when scaling (an
+            # update still replaces one pod at a time).
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector("exporter")},
             "template": {

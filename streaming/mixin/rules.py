@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from streaming.metricnames.connmon import SERIES_LABELS
 from streaming.mixin.config import MixinConfig
 
 # The identity of one client x broker series on the exporter that serves it: what joins the
 # library info series onto the other metrics of the same series.
-SERIES_ON = "instance, side, host, app, cluster, broker_id, peer_host"
+SERIES_ON = ", ".join(("instance", *SERIES_LABELS))
 GROUP = "connmon.rules"
 
 BY_APP: tuple[str, ...] = ("cluster", "side", "app")

@@ -118,3 +118,12 @@ def _reference(store: Store) -> str:
     registry = CollectorRegistry()
     registry.register(ConnmonCollector(store))
     return generate_latest(registry).decode()
+
+
+def test_every_gauge_the_parser_writes_has_a_section() -> None:
+    """The renderer sorts gauges into per-metric sections; a gauge without one would fail."""
+    from streaming.exporter import parse
+    from streaming.exporter.render import SIMPLE_AGGREGATES
+
+    written = {name for name, _ in parse._AGES + parse._COUNTS + parse._RATES}
+    assert written | {"connmon_close_wait_slope_per_second"} <= set(SIMPLE_AGGREGATES)

@@ -85,7 +85,14 @@ def test_shard_settings(index, count, expected) -> None:
 
 @pytest.mark.parametrize(
     ("index", "count", "setting"),
-    [("4", 4, "shard-index"), ("exporter", 2, "shard-index"), ("0", 0, "shards")],
+    [
+        ("4", 4, "shard-index"),
+        ("exporter", 2, "shard-index"),
+        ("0", 0, "shards"),
+        ("-1", 4, "shard-index"),
+        ("\u00b2", 4, "shard-index"),
+        ("exporter-", 4, "shard-index"),
+    ],  # fmt: skip
 )
 def test_wrong_shard_settings_name_themselves(index, count, setting) -> None:
     with pytest.raises(ConfigError, match=f"^{setting}:"):

@@ -380,7 +380,7 @@ def test_kustomize_builds_what_the_schemas_accept() -> None:
             jsonschema.Draft202012Validator(CRD_SCHEMAS[obj["kind"]]).validate(obj)
         else:
             kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[0], strict=True)
-        if obj["kind"] in ("Deployment", "DaemonSet"):
+        if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet"):
             spec = _pod_spec(obj)
             refs = {v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v}
             refs |= {
@@ -785,9 +785,11 @@ def test_settings_reach_every_object() -> None:
             assert obj["metadata"]["namespace"] == "obs"
         elif obj["kind"] == "ClusterRoleBinding":
             assert obj["subjects"][0]["namespace"] == "obs"
-    assert {_container(o)["image"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")} == {
-        "reg.example/connmon:9"
-    }
+    assert {
+        _container(o)["image"]
+        for o in objs
+        if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")
+    } == {"reg.example/connmon:9"}
     conf = kubernetes.spark_defaults(cfg)
     assert conf["spark.driver.host"] == "connmon-job-driver.obs.svc"
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.obs.svc:9000"
