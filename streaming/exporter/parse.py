@@ -195,8 +195,7 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     }
     gauges: dict[str, float] = {}
     for name, field in _AGES:
-        value = _num(obj, field)
-        if value is not None:
+        if obj.get(field) is not None:
             gauges[name] = _nonneg(obj, field)
     for name, field in _COUNTS:
         if value := _nonneg(obj, field):
