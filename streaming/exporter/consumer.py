@@ -16,6 +16,7 @@ from streaming.exporter.parse import InvalidMessage, parse_aggregate, parse_find
 from streaming.exporter.ratelimit import LogLimiter
 from streaming.exporter.shard import Shard
 from streaming.exporter.store import Store
+from streaming.topics.acls import EXPORTER_GROUP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class TopicReader:
         self._conf = {
             "bootstrap.servers": bootstrap_servers,
             # A fresh group id: nothing is committed, positions come from assign().
-            "group.id": f"connmon-exporter-{uuid.uuid4().hex[:12]}",
+            "group.id": f"{EXPORTER_GROUP_PREFIX}{uuid.uuid4().hex[:12]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "error_cb": self._on_error,

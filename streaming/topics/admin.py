@@ -1,5 +1,5 @@
 """The Kafka edge of the topics: describe, create and alter with confluent-kafka's AdminClient,
-and the start check the agent, the job and the exporter run."""
+the ACLs each principal holds, and the start check the agent, the job and the exporter run."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streaming.errors import ConfigError
+from streaming.topics import acls
 from streaming.topics.plan import Described, start_problems
 from streaming.topics.spec import TopicSpec
 
@@ -30,18 +31,33 @@ class _Debug:
         _QUIET.debug(msg, *args)
 
 
-def admin_client(conf: Mapping[str, str], setting: str = "kafka") -> Any:
+def admin_client(
+    conf: Mapping[str, str], setting: str = "kafka", refusals: list[str] | None = None
+) -> Any:
     """An AdminClient from librdkafka settings (``bootstrap.servers`` included); a bad setting
-    raises ConfigError naming it (``setting``: where the settings came from)."""
+    raises ConfigError naming it (``setting``: where the settings came from). The brokers'
+    refusals of the client's credentials or TLS go to ``refusals`` (read after ``poll``)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     if not str(conf.get("bootstrap.servers", "")).strip():
         raise ConfigError("bootstrap-servers: empty")
+    extra: dict[str, Any] = {"logger": _Debug()}
+    if refusals is not None:
+
+        def on_error(err: Any) -> None:
+            if err.name() in _REFUSED:
+                refusals.append(err.str())
+
+        extra["error_cb"] = on_error
     try:
-        return AdminClient({**dict(conf), "logger": _Debug()})
+        return AdminClient({**dict(conf), **extra})
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"{setting}: {exc}") from None
+
+
+# The cluster answered but refused the client: wrong credentials, mechanism or certificates.
+_REFUSED = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED")
 
 
 def _error(exc: BaseException) -> tuple[str, str]:
@@ -127,6 +143,101 @@ def describe(
     return len(meta.brokers), out
 
 
+def missing_acls(admin: Any, wanted: Sequence[acls.Grant], timeout_s: float) -> list[acls.Grant]:
+    """The grants the client's principal lacks, from the operations the brokers say it may do
+    on each topic and group (one DescribeTopics and one DescribeGroups request). A resource it
+    may not even describe lacks all its grants; a topic that does not exist is left to the
+    topic check. Raises ClusterUnreachable if nothing answered. Brokers too old to report
+    operations (before Kafka 2.3) lack nothing."""
+    from confluent_kafka import TopicCollection
+
+    topics = list(dict.fromkeys(g.name for g in wanted if g.resource == "topic"))
+    # A group id under each prefix: the brokers answer for it whether or not it exists.
+    groups = list(dict.fromkeys(g.name + "start-check" for g in wanted if g.resource == "group"))
+    have: dict[tuple[str, str], list[str] | str | None] = {}
+    futures = {}
+    if topics:
+        futures |= {
+            ("topic", n): f
+            for n, f in admin.describe_topics(
+                TopicCollection(topics),
+                include_authorized_operations=True,
+                request_timeout=timeout_s,
+            ).items()
+        }
+    if groups:
+        futures |= {
+            ("group", g.removesuffix("start-check")): f
+            for g, f in admin.describe_consumer_groups(
+                groups, include_authorized_operations=True, request_timeout=timeout_s
+            ).items()
+        }
+    for key, fut in futures.items():
+        try:
+            ops = fut.result(timeout=timeout_s + 5).authorized_operations
+        except Exception as exc:
+            err, text = _error(exc)
+            if err in ("TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"):
+                have[key] = _HIDDEN
+            elif _unreachable(err) or isinstance(exc, TimeoutError):
+                raise ClusterUnreachable(f"{err}: {text}") from None
+            continue  # the topic check names a missing topic
+        have[key] = None if ops is None else [op.name for op in ops]
+    lacking = []
+    for g in wanted:
+        ops = have.get((g.resource, g.name))
+        if ops == _HIDDEN:  # only known: DESCRIBE, and whatever implies it, is not allowed
+            if g.operation in ("DESCRIBE", *acls.IMPLIED_BY["DESCRIBE"]):
+                lacking.append(g)
+        elif isinstance(ops, list) and not acls.allowed(g.operation, ops):
+            lacking.append(g)
+    return lacking
+
+
+_HIDDEN = "not even DESCRIBE"
+
+
+def acl_fields(principal: str, g: acls.Grant) -> tuple[Any, ...]:
+    """The fields of the ACL binding (or binding filter) that allows ``g`` to ``principal``
+    from any host."""
+    from confluent_kafka.admin import (
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    topic = g.resource == "topic"
+    return (
+        ResourceType.TOPIC if topic else ResourceType.GROUP,
+        g.name,
+        ResourcePatternType.LITERAL if topic else ResourcePatternType.PREFIXED,
+        principal,
+        "*",
+        AclOperation[g.operation],
+        AclPermissionType.ALLOW,
+    )
+
+
+def create_acls(
+    admin: Any, bindings: Sequence[tuple[str, acls.Grant]], timeout_s: float
+) -> dict[tuple[str, acls.Grant], str]:
+    """Allow each (principal, grant) from any host: {(principal, grant): error} of those that
+    failed (an ACL that exists already is no failure)."""
+    from confluent_kafka.admin import AclBinding
+
+    by_binding = {AclBinding(*acl_fields(p, g)): (p, g) for p, g in bindings}
+    if not by_binding:
+        return {}
+    failed: dict[tuple[str, acls.Grant], str] = {}
+    for binding, fut in admin.create_acls(list(by_binding), request_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=timeout_s + 5)
+        except Exception as exc:
+            failed[by_binding[binding]] = "{}: {}".format(*_error(exc))
+    return failed
+
+
 def create(admin: Any, specs: Sequence[TopicSpec], timeout_s: float) -> dict[str, str | None]:
     """Create the topics: {name: None if created, else the broker's error}. A topic created
     meanwhile by someone else counts as an error (``TOPIC_ALREADY_EXISTS``)."""
@@ -185,18 +296,29 @@ def check_at_start(
     skip_hint: str = SKIP_HINT,
     setting: str = "kafka",
 ) -> None:
-    """A component's start check: each topic (name -> role) exists and has the cleanup policy
-    its role needs, from one DescribeConfigs request.
+    """A component's start check: its principal holds the ACLs it needs on each topic
+    (``acls.grants``), and each topic (name -> role) exists with the cleanup policy its role
+    needs. One DescribeTopics and one DescribeConfigs request.
 
-    A missing topic or a wrong policy raises ConfigError with one line per problem. A cluster
-    that does not answer, or a topic the client may not describe, is logged as a warning and
-    the component starts anyway: it waits for Kafka as it did without the check.
+    A missing ACL, a missing topic or a wrong policy raises ConfigError with one line per
+    problem, and so do credentials or certificates the brokers refuse. A cluster that does not
+    answer is logged as a warning and the component starts anyway: it waits for Kafka as it
+    did without the check.
     """
-    admin = admin_client(client_conf, setting)
+    refusals: list[str] = []
+    admin = admin_client(client_conf, setting, refusals)
     names = list(required)
     try:
+        lacking = missing_acls(admin, acls.grants(component, required), timeout_s)
         configs, failed = describe_configs(admin, names, timeout_s)
     except ClusterUnreachable as exc:
+        admin.poll(1)  # serves the client's error callbacks
+        if refusals:
+            raise ConfigError(
+                f"{setting}: the Kafka brokers refused {component}'s client (check "
+                f"security.protocol, sasl.username, sasl.password and ssl.ca.location): "
+                f"{refusals[-1]}"
+            ) from None
         log.warning(
             "%s: could not check the topics %s at start (%s); starting anyway",
             component,
@@ -204,6 +326,13 @@ def check_at_start(
             exc,
         )
         return
+    if lacking:
+        who = client_conf.get("sasl.username") or "its principal"
+        text = "\n  ".join(str(g) for g in lacking)
+        raise ConfigError(
+            f"{component}: Kafka user {who} lacks ACLs it needs ({skip_hint}; `connmon topics "
+            f"acls` prints the commands that grant every component's):\n  {text}"
+        )
     for name, why in failed.items():
         log.warning(
             "%s: could not check topic %s at start (%s; the client needs DescribeConfigs on "
@@ -220,4 +349,4 @@ def check_at_start(
             f"topics not as {component} needs them ({skip_hint}; "
             f"connmon topics check lists every difference):\n  {text}"
         )
-    log.info("%s: topics %s checked", component, ", ".join(names))
+    log.info("%s: topics %s and their ACLs checked", component, ", ".join(names))

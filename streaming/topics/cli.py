@@ -15,7 +15,7 @@ from typing import Any
 
 from streaming.errors import ConfigError
 from streaming.options import parse_pairs, read_config_file
-from streaming.topics import admin
+from streaming.topics import acls, admin
 from streaming.topics.plan import Plan, plan
 from streaming.topics.spec import TopicSpec, build_specs, check_top, overrides_to_settings
 
@@ -36,7 +36,11 @@ def register(subparsers: Any) -> None:
         help="create the missing topics; report (or with --alter fix) the configs that differ",
     )
     check = sub.add_parser("check", help="exit 1 with one line per missing or wrong setting")
-    for q in (create, check):
+    acl = sub.add_parser(
+        "acls",
+        help="print (or with --apply create) the Kafka ACLs each component's principal needs",
+    )
+    for q in (create, check, acl):
         q.add_argument(
             "--bootstrap-servers",
             help="Kafka bootstrap servers (default: the config file, $CONNMON_BOOTSTRAP_SERVERS "
@@ -66,6 +70,36 @@ def register(subparsers: Any) -> None:
     create.add_argument("--dry-run", action="store_true", help="print what would change, only")
     create.set_defaults(func=run_create)
     check.set_defaults(func=run_check)
+    acl.add_argument(
+        "--principal",
+        action="append",
+        metavar="COMPONENT=TYPE:NAME",
+        help="a component's principal (agent, job, exporter, admin; default "
+        "User:connmon-<component>), repeatable",
+    )
+    acl.add_argument(
+        "--component",
+        action="append",
+        choices=acls.COMPONENTS,
+        help="only this component's ACLs (repeatable; default all)",
+    )
+    acl.add_argument(
+        "--no-check-topics",
+        dest="check_topics",
+        action="store_false",
+        help="the components run with check_topics off: no DescribeConfigs",
+    )
+    acl.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="the client properties file the printed kafka-acls commands pass on",
+    )
+    acl.add_argument(
+        "--apply",
+        action="store_true",
+        help="create the ACLs with the admin client (its principal needs ALTER on the cluster)",
+    )
+    acl.set_defaults(func=run_acls)
 
 
 def read_file(path: str) -> dict[str, Any]:
@@ -100,7 +134,14 @@ def settings(args: argparse.Namespace) -> tuple[tuple[TopicSpec, ...], dict[str,
 def _describe(args: argparse.Namespace) -> tuple[tuple[TopicSpec, ...], Any, int, Plan] | int:
     specs, conf = settings(args)
     client = admin.admin_client(conf, "kafka/kafka-config")
+    action = "alter" if getattr(args, "alter", False) else args.topics_command
+    wanted = acls.admin_grants({s.name: s.role for s in specs}, action)
     try:
+        lacking = admin.missing_acls(client, wanted, args.timeout)
+        if lacking:  # the topics would look missing: say why instead
+            for g in lacking:
+                print(f"lacks ACL {g}")
+            return EXIT_UNREACHABLE
         brokers, described = admin.describe(client, [s.name for s in specs], args.timeout)
     except admin.ClusterUnreachable as exc:
         print(f"connmon topics: cannot describe topics at {conf['bootstrap.servers']}: {exc}",
@@ -159,6 +200,9 @@ def run_create(args: argparse.Namespace) -> int:
             print(f"{verb} {s.name}: {_describe_spec(s)}")
         elif err.startswith("TOPIC_ALREADY_EXISTS"):
             raced.append(s)  # created since the metadata request: compared below
+        elif err.startswith("TOPIC_AUTHORIZATION_FAILED"):
+            print(f"{s.name}: not created: lacks ACL CREATE on topic {s.name} ({err})")
+            status = EXIT_UNREACHABLE
         else:
             print(f"{s.name}: not created: {err}")
             status = EXIT_UNREACHABLE
@@ -202,3 +246,28 @@ def run_create(args: argparse.Namespace) -> int:
         print(f"{problem} ({hint})")
         status = status or EXIT_DIFFERS
     return status
+
+
+def run_acls(args: argparse.Namespace) -> int:
+    """Print the ``kafka-acls.sh`` commands granting each component's principal what it needs
+    on the configured topic names, or create those ACLs (``--apply``)."""
+    specs, conf = settings(args)
+    principals = acls.parse_principals(parse_pairs("principal", args.principal))
+    names = {s.role: s.name for s in specs}
+    bindings = [
+        (principals[c], g)
+        for c in args.component or acls.COMPONENTS
+        for g in acls.grants(c, acls.topics_of(c, names), args.check_topics)
+    ]
+    if not args.apply:
+        for line in acls.kafka_acls_commands(
+            bindings, conf["bootstrap.servers"], args.command_config
+        ):
+            print(line)
+        return 0
+    client = admin.admin_client(conf, "kafka/kafka-config")
+    failed = admin.create_acls(client, bindings, args.timeout)
+    for principal, g in bindings:
+        err = failed.get((principal, g))
+        print(f"{principal}: {g}: {err or 'allowed'}")
+    return EXIT_UNREACHABLE if failed else 0

@@ -35,6 +35,43 @@ class FakeCluster:
         self.describe_calls = 0
         self.created: list[str] = []
         self.altered: dict[str, dict[str, str]] = {}
+        # Operations the client may do per topic or group prefix; None: no authorizer.
+        self.acls: dict[str, list[str]] | None = None
+
+    def _allowed(self, name: str):
+        if self.acls is None:
+            return None
+        ops = self.acls.get(name, [])
+        return [SimpleNamespace(name=op) for op in ops] if ops else False
+
+    def describe_topics(self, topics, include_authorized_operations: bool, request_timeout: float):
+        out = {}
+        for name in topics.topic_names:
+            ops = self._allowed(name)
+            if self.down:
+                out[name] = _done(error=KafkaError._TIMED_OUT)
+            elif ops is False:
+                out[name] = _done(error=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+            elif name not in self.topics:
+                out[name] = _done(error=KafkaError.UNKNOWN_TOPIC_OR_PART)
+            else:
+                out[name] = _done(SimpleNamespace(authorized_operations=ops))
+        return out
+
+    def describe_consumer_groups(
+        self, groups, include_authorized_operations: bool, request_timeout: float
+    ):
+        out = {}
+        for group in groups:
+            ops = self._allowed(next((p for p in self.acls or {} if group.startswith(p)), group))
+            if ops is False:
+                out[group] = _done(error=KafkaError.GROUP_AUTHORIZATION_FAILED)
+            else:
+                out[group] = _done(SimpleNamespace(authorized_operations=ops))
+        return out
+
+    def poll(self, timeout: float) -> int:
+        return 0
 
     def list_topics(self, timeout: float):
         if self.down:
@@ -85,7 +122,7 @@ class FakeCluster:
 @pytest.fixture
 def cluster(monkeypatch) -> FakeCluster:
     fake = FakeCluster()
-    monkeypatch.setattr(admin, "admin_client", lambda conf, setting="kafka": fake)
+    monkeypatch.setattr(admin, "admin_client", lambda conf, setting="kafka", refusals=None: fake)
     return fake
 
 
@@ -236,3 +273,51 @@ def test_a_topic_created_meanwhile_is_compared_not_failed(cluster, monkeypatch, 
     out = capsys.readouterr().out
     assert "created connmon.findings" not in out and "not created" not in out
     assert "connmon.findings: cleanup.policy is delete, must be compact (not changed" in out
+
+
+EVENTS = {"connmon.events": (12, 1, {"cleanup.policy": "delete"})}
+
+
+def test_start_check_names_the_acl_the_principal_lacks(cluster) -> None:
+    cluster.topics = dict(EVENTS)
+    cluster.acls = {"connmon.events": ["DESCRIBE", "DESCRIBE_CONFIGS"]}
+    conf = {"bootstrap.servers": "x:1", "sasl.username": "node-agent"}
+    with pytest.raises(ConfigError) as exc:
+        admin.check_at_start("agent", conf, {"connmon.events": "events"})
+    text = str(exc.value)
+    assert "agent: Kafka user node-agent lacks ACLs it needs" in text
+    assert "WRITE on topic connmon.events" in text
+    assert "DESCRIBE_CONFIGS on" not in text
+    cluster.acls["connmon.events"] = ["WRITE", "DESCRIBE_CONFIGS"]
+    admin.check_at_start("agent", conf, {"connmon.events": "events"})  # passes
+
+
+def test_a_topic_it_may_not_see_lacks_only_what_would_show_it(cluster) -> None:
+    """Refused even DESCRIBE: READ and WRITE are missing for sure; DESCRIBE_CONFIGS may be
+    granted, and the broker does not say, so it is not named."""
+    cluster.topics = dict(EVENTS)
+    cluster.acls = {"connmon.events": []}
+    with pytest.raises(ConfigError) as exc:
+        admin.check_at_start("job", {"bootstrap.servers": "x:1"}, {"connmon.events": "events"})
+    lines = [ln.strip() for ln in str(exc.value).splitlines()[1:]]
+    assert lines == ["READ on topic connmon.events (events: read its records)"]
+
+
+def test_the_exporter_needs_describe_on_its_groups(cluster) -> None:
+    cluster.topics = {n: (3, 1, {"cleanup.policy": "compact"}) for n in REQUIRED}
+    cluster.acls = {n: ["READ", "DESCRIBE_CONFIGS"] for n in REQUIRED}
+    with pytest.raises(ConfigError, match="DESCRIBE on groups prefixed connmon-exporter-"):
+        admin.check_at_start("exporter", {"bootstrap.servers": "x:1"}, REQUIRED)
+    cluster.acls["connmon-exporter-"] = ["DESCRIBE"]
+    admin.check_at_start("exporter", {"bootstrap.servers": "x:1"}, REQUIRED)
+
+
+def test_topics_check_says_which_acl_hides_a_topic(cluster, capsys) -> None:
+    assert main(["topics", "create"]) == 0
+    cluster.acls = {n: ["DESCRIBE", "DESCRIBE_CONFIGS"] for n in cluster.topics}
+    cluster.acls["connmon.findings"] = ["DESCRIBE_CONFIGS"]
+    capsys.readouterr()
+    assert main(["topics", "check"]) == 3
+    assert capsys.readouterr().out.splitlines() == [
+        "lacks ACL DESCRIBE on topic connmon.findings (findings: see the topic in metadata)"
+    ]
