@@ -23,6 +23,7 @@ from streaming.stack.daemon import DaemonError, start_ready
 from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive, _terminate_all
 from streaming.stack.ports import free_port
 from streaming.stack.prometheus import PrometheusError, PrometheusServer
+from streaming.stack.secure import secure_for_connmon
 from streaming.stack.webhook import read_log
 
 # Default scrape targets: the agent's and the exporter's default /metrics addresses.
@@ -58,10 +59,13 @@ def stack_up(
     scrape: list[str] | None = None,
     with_prometheus: bool = True,
     with_alertmanager: bool = True,
+    security: str = "plaintext",
 ) -> dict[str, Any]:
     """Start the stack and write the state file; fails if one is already up. With Prometheus
     comes an Alertmanager with connmon's configuration, whose receivers post to a local
-    webhook receiver that keeps every notification (``notifications.jsonl``)."""
+    webhook receiver that keeps every notification (``notifications.jsonl``). A secured
+    cluster (``sasl_ssl``) gets connmon's topics, each component's ACLs and a client settings
+    file per component (``clients/<component>.yaml``)."""
     existing = load_state()
     if existing and stack_running(existing):
         raise ConfigError(
@@ -71,7 +75,9 @@ def stack_up(
     if base.exists():
         shutil.rmtree(base)
     base.mkdir(parents=True)
-    cluster = KafkaCluster(brokers=brokers, overrides=overrides or {}, base_dir=str(base / "kafka"))
+    cluster = KafkaCluster(
+        brokers=brokers, overrides=overrides or {}, base_dir=str(base / "kafka"), security=security
+    )
     ports = [kafka_port + i for i in range(brokers)] if kafka_port else None
     try:
         cluster.start(ports=ports)
@@ -79,7 +85,15 @@ def stack_up(
         raise ConfigError(str(exc)) from exc
     state: dict[str, Any] = {"kafka": cluster.to_state(), "prometheus": None}
     # Written after each server starts, so 'down' finds what runs whatever happens next.
+    _state_file().touch(mode=0o600)  # it holds the secured cluster's passwords
     _state_file().write_text(json.dumps(state, indent=2))
+    if cluster.secured:
+        try:
+            state["clients"] = str(secure_for_connmon(cluster, base / "clients"))
+        except BaseException:
+            stack_down()
+            raise
+        _state_file().write_text(json.dumps(state, indent=2))
     if not with_prometheus:
         return state
     try:
@@ -174,9 +188,15 @@ def _cmd(args: argparse.Namespace) -> int:
             with_prometheus=not args.no_prometheus,
             with_alertmanager=not args.no_alertmanager,
             alertmanager_port=args.alertmanager_port,
+            security=args.security,
         )
         cluster = KafkaCluster.from_state(state["kafka"])
         print(f"kafka: {cluster.bootstrap_servers} ({len(cluster.nodes)} brokers)")
+        if state.get("clients"):
+            print(
+                f"kafka security: SASL_SSL (SCRAM-SHA-512), ACLs on; CA {cluster.ca_file}; "
+                f"each component's client settings in {state['clients']}/<component>.yaml"
+            )
         for name in _SERVERS:
             if state.get(name):
                 print(f"{name}: http://127.0.0.1:{state[name]['port']}")
@@ -229,6 +249,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--alertmanager-port", type=int, help="Alertmanager port (default: any free port)"
+    )
+    p.add_argument(
+        "--security",
+        choices=("plaintext", "sasl_ssl"),
+        default="plaintext",
+        help="sasl_ssl: TLS + SASL/SCRAM-SHA-512 with ACLs; connmon's topics, its users' ACLs "
+        "and their client settings are made too (default plaintext)",
     )
     p.add_argument("--no-prometheus", action="store_true", help="start Kafka only")
     p.add_argument(

@@ -1,5 +1,10 @@
 """A local KRaft Kafka cluster (1 or 3 combined broker+controller nodes) on 127.0.0.1.
 
+``security="sasl_ssl"`` secures it as production clusters are: clients connect over TLS (a CA
+and certificates made for the run) and authenticate with SASL/SCRAM-SHA-512, one user per
+connmon component plus a super user for the brokers themselves, and the StandardAuthorizer
+refuses whatever no ACL allows (``allow.everyone.if.no.acl.found=false``).
+
 Each node gets its own ports (below the ephemeral range, chosen again if taken before a node
 binds them), data dir, log4j2 config and ``server.properties``; broker settings can be
 overridden per run and are checked against the broker's own list of configuration names
@@ -14,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,6 +34,14 @@ from typing import Any
 
 from streaming.stack import artifacts
 from streaming.stack.ports import free_port, port_in_use
+from streaming.stack.tls import Authority
+
+SECURITY = ("plaintext", "sasl_ssl")
+SCRAM = "SCRAM-SHA-512"
+# The brokers' own user (inter-broker and controller traffic); the only super user.
+SUPER_USER = "broker"
+# One SCRAM user per connmon component, named as the documented principals.
+COMPONENT_USERS = ("connmon-agent", "connmon-job", "connmon-exporter", "connmon-admin")
 
 log = logging.getLogger(__name__)
 
@@ -128,16 +142,59 @@ class KafkaCluster:
     keep_dir: bool = False
     # Address of the client listener; the controller listener stays on loopback.
     host: str = "127.0.0.1"
+    security: str = "plaintext"
+    # SCRAM user -> password (``sasl_ssl`` only), made at the first start.
+    users: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.brokers not in (1, 3):
             raise KafkaStackError(f"brokers must be 1 or 3, not {self.brokers}")
+        if self.security not in SECURITY:
+            raise KafkaStackError(f"security must be one of {', '.join(SECURITY)}")
         self.overrides = {str(k): str(v) for k, v in (self.overrides or {}).items()}
 
     # ---- lifecycle -------------------------------------------------------------------------
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(n.endpoint for n in self.nodes)
+
+    @property
+    def secured(self) -> bool:
+        return self.security == "sasl_ssl"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients trust (``sasl_ssl`` only)."""
+        return Path(str(self.base_dir)) / "tls" / "ca.crt"
+
+    def client_config(self, user: str = SUPER_USER) -> dict[str, str]:
+        """librdkafka settings of a client connecting as ``user`` (bootstrap included)."""
+        conf = {"bootstrap.servers": self.bootstrap_servers}
+        if self.secured:
+            conf |= {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanisms": SCRAM,
+                "sasl.username": user,
+                "sasl.password": self.users[user],
+                "ssl.ca.location": str(self.ca_file),
+            }
+        return conf
+
+    def java_client_config(self, user: str = SUPER_USER) -> dict[str, str]:
+        """The same for a Java client (Spark's Kafka source and writer), without bootstrap."""
+        if not self.secured:
+            return {}
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user}" password="{self.users[user]}";'
+        )
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM,
+            "sasl.jaas.config": jaas,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+        }
 
     def node(self, node_id: int) -> KafkaNode:
         for n in self.nodes:
@@ -160,6 +217,8 @@ class KafkaCluster:
         for attempt in range(1, attempts + 1):
             self._plan(wanted)
             try:
+                if self.secured:
+                    self._secure()
                 for n in self.nodes:
                     self._write_config(n)
                     self._format(n)
@@ -188,6 +247,48 @@ class KafkaCluster:
             d.mkdir(parents=True, exist_ok=True)
             self.nodes.append(KafkaNode(i + 1, port, free_port(), str(d), host=self.host))
 
+    def _secure(self) -> None:
+        """A CA, each node's certificate, and a password per user."""
+        ca = Authority.create(self.ca_file.parent)
+        for n in self.nodes:
+            hosts = ["127.0.0.1", "localhost", n.host]
+            ca.issue(f"node-{n.node_id}", hosts, Path(n.dir))
+        for user in (SUPER_USER, *COMPONENT_USERS):
+            self.users.setdefault(user, secrets.token_hex(16))
+
+    def _security_properties(self, n: KafkaNode) -> dict[str, str]:
+        """SASL_SSL for clients and between brokers (SCRAM), SASL/PLAIN for the controller
+        listener (SCRAM credentials live in the metadata the controllers serve), ACLs on."""
+        pw = self.users[SUPER_USER]
+        scram = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{SUPER_USER}" password="{pw}";'
+        )
+        plain = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{SUPER_USER}" password="{pw}" user_{SUPER_USER}="{pw}";'
+        )
+        store = Path(n.dir) / f"node-{n.node_id}.keystore.pem"
+        return {
+            "listeners": f"SASL_SSL://{n.endpoint},CONTROLLER://127.0.0.1:{n.controller_port}",
+            "advertised.listeners": f"SASL_SSL://{n.endpoint}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(store),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{SUPER_USER}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
+
     def _properties(self, n: KafkaNode) -> dict[str, str]:
         voters = ",".join(f"{m.node_id}@127.0.0.1:{m.controller_port}" for m in self.nodes)
         rf = str(min(3, self.brokers))
@@ -212,6 +313,8 @@ class KafkaCluster:
             "num.partitions": "1",
             "log.segment.bytes": str(64 * 1024 * 1024),
         }
+        if self.secured:
+            props.update(self._security_properties(n))
         props.update(self.overrides)
         return props
 
@@ -235,6 +338,9 @@ class KafkaCluster:
         ]
 
     def _format(self, n: KafkaNode) -> None:
+        scram = [
+            f"--add-scram={SCRAM}=[name={user},password={pw}]" for user, pw in self.users.items()
+        ]
         cmd = self._java(
             n,
             "kafka.tools.StorageTool",
@@ -243,6 +349,7 @@ class KafkaCluster:
             "-c",
             str(Path(n.dir) / "server.properties"),
             "--ignore-formatted",
+            *(scram if self.secured else []),
         )
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
@@ -268,7 +375,7 @@ class KafkaCluster:
 
         want = set(node_ids) if node_ids is not None else {n.node_id for n in self.nodes}
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({**self.client_config(), "log_level": 0})
         seen: set[int] = set()
         while time.monotonic() < deadline:
             for n in self.nodes:
@@ -397,16 +504,18 @@ def _terminate_all(pids: Iterable[int | None], timeout_s: float) -> None:
 
 
 def create_topics(
-    bootstrap: str,
+    bootstrap: str | Mapping[str, str],
     topics: Mapping[str, int],
     config: Mapping[str, str] | None = None,
     replication: int = 1,
     timeout_s: float = 60.0,
 ) -> None:
-    """Create topics (name -> partitions); existing ones are left as they are."""
+    """Create topics (name -> partitions); existing ones are left as they are. ``bootstrap``
+    is the servers, or a client's whole librdkafka settings (``client_config()``)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    conf = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else dict(bootstrap)
+    admin = AdminClient(conf)
     new = [
         NewTopic(name, num_partitions=p, replication_factor=replication, config=dict(config or {}))
         for name, p in topics.items()

@@ -54,6 +54,52 @@ def test_cluster_properties_carry_overrides_and_quorum():
     assert c.bootstrap_servers == "127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003"
 
 
+def test_a_secured_cluster_refuses_anonymous_clients_and_lists_one_super_user(tmp_path):
+    from streaming.stack.kafka import KafkaNode
+
+    c = KafkaCluster(brokers=1, security="sasl_ssl", base_dir=str(tmp_path))
+    c.nodes = [KafkaNode(1, 9001, 9101, str(tmp_path / "node-1"))]
+    c._secure()
+    props = c._properties(c.nodes[0])
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:9001,CONTROLLER://127.0.0.1:9101"
+    assert props["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:broker"
+    assert "PLAINTEXT://" not in props["listeners"].replace("SASL_PLAINTEXT", "")
+    assert set(c.users) == {"broker", "connmon-agent", "connmon-job", "connmon-exporter",
+                            "connmon-admin"}  # fmt: skip
+    assert len(set(c.users.values())) == 5  # a password each
+    conf = c.client_config("connmon-job")
+    assert conf["sasl.username"] == "connmon-job" and conf["security.protocol"] == "SASL_SSL"
+    assert Path(conf["ssl.ca.location"]).read_text().startswith("-----BEGIN CERTIFICATE")
+    jaas = c.java_client_config("connmon-job")["sasl.jaas.config"]
+    assert f'username="connmon-job" password="{c.users["connmon-job"]}"' in jaas
+    with pytest.raises(KafkaStackError, match="security must be one of"):
+        KafkaCluster(security="ssl")
+
+
+def test_node_certificates_chain_to_the_ca_and_name_the_node(tmp_path):
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+
+    from streaming.stack.tls import Authority
+
+    ca = Authority.create(tmp_path / "ca")
+    cert = ca.issue("node-1", ["127.0.0.1", "localhost"], tmp_path)
+    leaf = x509.load_pem_x509_certificate(cert.certificate.read_bytes())
+    root = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    leaf.verify_directly_issued_by(root)
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    store = cert.keystore.read_text()
+    assert store.startswith("-----BEGIN PRIVATE KEY") and store.count("BEGIN CERTIFICATE") == 2
+    assert cert.keystore.stat().st_mode & 0o077 == 0
+    other = Authority.create(tmp_path / "other")
+    with pytest.raises(InvalidSignature):
+        leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(other.cert.read_bytes()))
+
+
 def test_cluster_state_round_trip():
     c = KafkaCluster(brokers=1, overrides={"x": "1"}, base_dir="/tmp/b")
     from streaming.stack.kafka import KafkaNode
