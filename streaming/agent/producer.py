@@ -92,6 +92,8 @@ class KafkaSink:
             self.producer = self._factory(self._conf)
             self.fatal = None
             self.inflight = 0
+        from confluent_kafka import KafkaException
+
         produce = self.producer.produce
         while self.queue:
             kind, value = self.queue[0]
@@ -104,6 +106,15 @@ class KafkaSink:
                 )
             except BufferError:
                 break
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.fatal():  # e.g. its idempotence refused: a new producer takes over
+                    self.fatal = err.str()
+                    break
+                self.queue.popleft()
+                self.metrics.drop("delivery_error")
+                log.debug("cannot produce a %s event: %s", kind, err)
+                continue
             self.inflight += 1
             self.queue.popleft()
             self.producer.poll(0)
