@@ -235,6 +235,58 @@ def test_fatal_producer_error_replaces_the_producer_and_counts_losses() -> None:
     )
 
 
+class _Refusing:
+    """A producer whose produce() raises ``error`` (as librdkafka does once a fatal error,
+    e.g. refused idempotence, has ended the instance)."""
+
+    def __init__(self, error) -> None:
+        self.error = error
+        self.produced = 0
+
+    def produce(self, *args, **kwargs) -> None:
+        from confluent_kafka import KafkaException
+
+        if self.error is not None:
+            raise KafkaException(self.error)
+        self.produced += 1
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_fatal_error_raised_by_produce_replaces_the_producer_and_keeps_the_event() -> None:
+    from confluent_kafka import KafkaError
+
+    made: list[_Refusing] = []
+    errors = [KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "refused", fatal=True), None]
+
+    def factory(conf: dict) -> _Refusing:
+        made.append(_Refusing(errors[len(made)]))
+        return made[-1]
+
+    m = AgentMetrics()
+    sink = KafkaSink("t", "h", {"bootstrap.servers": "x:1"}, m, 10, producer_factory=factory)
+    sink.send({"kind": "opened"})
+    sink.pump()  # raises inside produce(): no exception out of the scan
+    assert sink.fatal is not None and len(sink.queue) == 1
+    sink.pump()
+    assert len(made) == 2 and made[1].produced == 1 and not sink.queue
+
+
+def test_a_produce_error_that_is_not_fatal_drops_that_event_only() -> None:
+    from confluent_kafka import KafkaError
+
+    refusing = _Refusing(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+    m = AgentMetrics()
+    sink = KafkaSink("t", "h", {"bootstrap.servers": "x:1"}, m, 10, lambda conf: refusing)
+    sink.send({"kind": "opened"})
+    sink.send({"kind": "closed"})
+    sink.pump()
+    assert not sink.queue and sink.fatal is None
+    dropped = {"reason": "delivery_error"}
+    assert m.registry.get_sample_value("connmon_agent_events_dropped_total", dropped) == 2
+
+
 def test_agent_keeps_events_within_the_schema_limits() -> None:
     from streaming.schema.events import MAX_STRING_CHARS
 
