@@ -22,8 +22,13 @@ What the kernel side does, per connection:
 So the work in user space follows the number of (process, broker) groups, not the connection
 rate: at 1,000 connections per second the maps are printed once per interval. Connections the
 scans see keep going through the scan path (idle times, CLOSE_WAIT ages, re-open pairing).
-Needs: root (or CAP_BPF + CAP_PERFMON + CAP_SYS_RESOURCE), kernel BTF (``/sys/kernel/btf/vmlinux``,
-kernel 5.8+ for the fields read here) and tracefs, which the collector mounts when it may.
+Needs: euid 0 (bpftrace refuses to run otherwise, whatever the capabilities) with CAP_SYS_ADMIN,
+or CAP_BPF + CAP_PERFMON with ``BPFTRACE_BTF`` pointing at the kernel's BTF (without
+CAP_SYS_ADMIN bpftrace cannot find it itself; the agent sets it for bpftrace when the file
+exists); kernel BTF (``/sys/kernel/btf/vmlinux``, kernel 5.8+ for the fields read here) and
+tracefs, which the collector mounts when it may. ``check`` says which of these is missing.
+CAP_SYS_RESOURCE is not needed: Linux 5.11+ charges BPF memory to the cgroup, not to
+RLIMIT_MEMLOCK.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from streaming.agent.procs import effective_caps
 from streaming.agent.records import CLOSE_WAIT, ESTABLISHED, FIN_WAIT1, SYN_RECV, SYN_SENT
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,12 @@ _ERRNO_NAMES = {111: "refused", 110: "timeout", 113: "unreachable", 101: "unreac
 ECONNRESET, EPIPE = 104, 32
 # Linux capabilities (include/uapi/linux/capability.h).
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+# Why the collector is not used, as a bounded label: ``off`` by configuration, else ``check``'s.
+REASONS = (
+    "off", "no_bpftrace", "not_root", "no_capability", "no_btf", "no_tracefs", "no_tracepoint",
+)  # fmt: skip
+# What ``tracefs_state`` finds.
+TRACEFS_STATES = ("ok", "unmounted", "unreadable", "no_tracepoint")
 # Printed by the program's BEGIN probe, which bpftrace runs once every probe is attached (its
 # own "attached_probes" message comes earlier, while the first events may still be missed).
 READY = "R connmon-ebpf ready"
@@ -363,41 +376,129 @@ class OutputParser:
         return []
 
 
-def effective_caps(proc_root: str = "/proc") -> int:
-    try:
-        with open(f"{proc_root}/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return int(line.split()[1], 16)
-    except (OSError, ValueError):
-        pass
-    return 0
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether eBPF can run here. When it cannot: ``reason`` (one of ``REASONS``) and ``why``;
+    when it can: ``env``, variables bpftrace needs on top of the agent's environment, and
+    ``why`` says why they are set (None when there are none)."""
+
+    reason: str | None = None
+    why: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
 
-def unavailable(
-    bpftrace: str | None = None, caps: int | None = None, btf: str = BTF, tracefs: str = TRACEFS
-) -> str | None:
-    """Why eBPF cannot be used here (None: it can). Mounts tracefs when it is not mounted."""
-    binary = bpftrace or shutil.which("bpftrace")
-    if not binary:
-        return "bpftrace is not installed (Debian package bpftrace)"
-    caps = effective_caps() if caps is None else caps
+def privilege_verdict(
+    euid: int,
+    caps: int,
+    env: Mapping[str, str],
+    exists: Callable[[str], bool],
+    bpftrace: str | None = "bpftrace",
+    btf: str = BTF,
+) -> Verdict:
+    """What bpftrace 0.17 needs of the agent: a pure function of its effective uid and
+    capabilities, its environment and which paths exist."""
+    if not bpftrace:
+        return Verdict("no_bpftrace", "bpftrace is not installed (Debian package bpftrace)")
+    if euid != 0:
+        return Verdict(
+            "not_root",
+            f"the agent runs as uid {euid}, and bpftrace runs only as root (euid 0), whatever "
+            "its capabilities",
+        )
     has = lambda bit: bool(caps >> bit & 1)  # noqa: E731
-    if not (has(CAP_SYS_ADMIN) or (has(CAP_BPF) and has(CAP_PERFMON))):
-        return "no CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): eBPF programs cannot be loaded"
-    if not os.path.exists(btf):
-        return f"the kernel has no BTF ({btf}): bpftrace cannot read struct sock"
-    if not os.path.isdir(f"{tracefs}/events"):
-        try:
-            subprocess.run(
-                ["mount", "-t", "tracefs", "nodev", tracefs], check=True, capture_output=True,
-                timeout=10,
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError) as exc:
-            return f"tracefs is not mounted at {tracefs} and mounting it failed ({exc})"
-    if not os.path.isdir(f"{tracefs}/events/{TRACEPOINT}"):
-        return f"the kernel has no {TRACEPOINT} tracepoint (Linux 4.16+)"
-    return None
+    admin, bpf = has(CAP_SYS_ADMIN), has(CAP_BPF) and has(CAP_PERFMON)
+    if not (admin or bpf):
+        return Verdict(
+            "no_capability",
+            "no CAP_SYS_ADMIN, nor CAP_BPF with CAP_PERFMON: eBPF programs cannot be loaded",
+        )
+    given = env.get("BPFTRACE_BTF")
+    path = given or btf
+    if not exists(path):
+        if given:
+            return Verdict("no_btf", f"BPFTRACE_BTF names {given}, which does not exist")
+        return Verdict("no_btf", f"the kernel has no BTF ({btf}): bpftrace cannot read struct sock")
+    if admin or given:
+        return Verdict()
+    # Without CAP_SYS_ADMIN bpftrace cannot walk the kernel's BTF objects to find vmlinux's.
+    return Verdict(
+        why=f"no CAP_SYS_ADMIN: bpftrace is pointed at the kernel's BTF (BPFTRACE_BTF={btf})",
+        env=(("BPFTRACE_BTF", btf),),
+    )
+
+
+def tracefs_verdict(state: str, tracefs: str = TRACEFS) -> Verdict:
+    """What the tracefs state (``TRACEFS_STATES``, from ``tracefs_state``) allows."""
+    if state == "unmounted":
+        return Verdict("no_tracefs", f"tracefs is not mounted at {tracefs} (and mounting failed)")
+    if state == "unreadable":
+        return Verdict(
+            "no_tracefs", f"tracefs at {tracefs} is mounted but the agent may not read it"
+        )
+    if state == "no_tracepoint":
+        return Verdict("no_tracepoint", f"the kernel has no {TRACEPOINT} tracepoint (Linux 4.16+)")
+    return Verdict()
+
+
+def tracefs_state(tracefs: str = TRACEFS) -> str:
+    """Whether the tracepoint's directory can be read under ``tracefs`` (``TRACEFS_STATES``)."""
+    try:
+        os.stat(f"{tracefs}/events/{TRACEPOINT}")
+        return "ok"
+    except PermissionError:
+        return "unreadable"
+    except OSError:
+        pass
+    try:
+        os.stat(f"{tracefs}/events")
+    except PermissionError:
+        return "unreadable"
+    except OSError:
+        return "unmounted"
+    return "no_tracepoint"
+
+
+def _mount_tracefs(tracefs: str) -> None:
+    try:
+        subprocess.run(
+            ["mount", "-t", "tracefs", "nodev", tracefs], check=True, capture_output=True,
+            timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("mounting tracefs at %s failed: %s", tracefs, exc)
+
+
+def check(
+    bpftrace: str | None = None,
+    caps: int | None = None,
+    btf: str = BTF,
+    tracefs: str = TRACEFS,
+    euid: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Verdict:
+    """Whether eBPF can run here, from this process's facts (arguments replace them). Mounts
+    tracefs when it is not mounted and the privileges allow everything else."""
+    verdict = privilege_verdict(
+        os.geteuid() if euid is None else euid,
+        effective_caps() if caps is None else caps,
+        os.environ if env is None else env,
+        os.path.exists,
+        bpftrace or shutil.which("bpftrace"),
+        btf,
+    )
+    if verdict.reason is not None:
+        return verdict
+    state = tracefs_state(tracefs)
+    if state == "unmounted":
+        _mount_tracefs(tracefs)
+        state = tracefs_state(tracefs)
+    return tracefs_verdict(state, tracefs) if state != "ok" else verdict
+
+
+def unavailable(**facts: Any) -> str | None:
+    """Why eBPF cannot be used here (None: it can); ``facts`` as ``check`` takes them."""
+    verdict = check(**facts)
+    return verdict.why if verdict.reason is not None else None
 
 
 def prog_stats(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:
@@ -437,9 +538,11 @@ class EbpfCollector:
         start_timeout_s: float = 60.0,
         on_lost: Callable[[int], None] | None = None,
         on_process: Callable[[int], None] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.interval_s = max(1, int(interval_s))
         self.bpftrace = bpftrace
+        self.env = dict(env or {})  # on top of the agent's environment (``Verdict.env``)
         self.start_timeout_s = start_timeout_s
         self.on_lost = on_lost
         self.on_process = on_process  # called from the reader thread
@@ -506,7 +609,7 @@ class EbpfCollector:
         self._failed_at = time.monotonic()
 
     def _start(self) -> None:
-        env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX=str(MAP_KEYS_MAX))
+        env = {**os.environ, **self.env, "BPFTRACE_MAP_KEYS_MAX": str(MAP_KEYS_MAX)}
         self._ready = threading.Event()
         self._stderr = []
         parser = OutputParser()

@@ -37,6 +37,7 @@ class AgentMetrics:
         self.dropped = _counter(names.EVENTS_DROPPED, reg)
         self.delivery_errors = _counter(names.DELIVERY_ERRORS, reg)
         self.collector = _gauge(names.COLLECTOR_INFO, reg)
+        self.ebpf_disabled = _gauge(names.EBPF_DISABLED, reg)
         self.ebpf_lost = _counter(names.EBPF_LOST, reg)
         self.last_scan = _gauge(names.LAST_SCAN, reg)
         self.last_metadata = _gauge(names.LAST_METADATA_REFRESH, reg)
@@ -44,6 +45,7 @@ class AgentMetrics:
         self.up = _gauge(names.UP, reg)
         self.namespaces = _gauge(names.NETWORK_NAMESPACES, reg)
         self.unreadable = _gauge(names.UNREADABLE_PROCESSES, reg)
+        self.unreadable_fd_tables = _gauge(names.UNREADABLE_FD_TABLES, reg)
         self.namespace_errors = _counter(names.NAMESPACE_ERRORS, reg)
         self.kubernetes_api_errors = _counter(names.KUBERNETES_API_ERRORS, reg)
         self.kubernetes_pods = _gauge(names.KUBERNETES_PODS, reg)
@@ -65,6 +67,12 @@ class AgentMetrics:
 
     def set_ebpf(self, running: bool) -> None:
         self.collector.labels("ebpf").set(1 if running else 0)
+
+    def set_ebpf_disabled(self, reason: str) -> None:
+        """The eBPF collector is not used for this agent's life, for ``reason``
+        (``ebpf.REASONS``)."""
+        self.set_ebpf(False)
+        self.ebpf_disabled.labels(reason).set(1)
 
     def set_namespaces(self, scanned: int, unreadable: int, errors: _Tally) -> None:
         """The collector's namespace figures; ``errors`` are its running totals by reason."""

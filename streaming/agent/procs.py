@@ -3,11 +3,16 @@
 A full walk of every process's fds is what ``ss -p`` does on each call and costs far more than
 the socket dump. Here each pid's socket inodes are remembered; a scan reads only pids that are
 new, and rereads the known ones only when a socket inode appears that no cached pid owns.
+
+Another user's ``/proc/<pid>/fd`` needs CAP_DAC_READ_SEARCH to list and CAP_SYS_PTRACE to read
+its links, even as root. A process the agent cannot read is counted (``unreadable_fd_tables``)
+and logged once; its sockets are reported without a process.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -15,8 +20,13 @@ from pathlib import Path
 
 from streaming.agent.pods import PodDirectory, PodRef, parse_cgroup
 
+log = logging.getLogger(__name__)
+
 # How long details read at a process's first connect outlive the process (``remember``).
 REMEMBER_S = 60.0
+# Linux capabilities (include/uapi/linux/capability.h) that reading /proc/<pid>/fd needs.
+CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE = 2, 19
+FD_CAPS = ((CAP_SYS_PTRACE, "CAP_SYS_PTRACE"), (CAP_DAC_READ_SEARCH, "CAP_DAC_READ_SEARCH"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +76,69 @@ def parse_cmdline(raw: bytes) -> tuple[str, ...]:
     return tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a)
 
 
+def effective_caps(proc_root: str = "/proc") -> int:
+    """This process's effective capability set (0 when it cannot be read)."""
+    try:
+        with open(f"{proc_root}/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def fd_access_hint(caps: int) -> str:
+    """Why other users' /proc/<pid>/fd may be unreadable, given the agent's capabilities."""
+    missing = [name for bit, name in FD_CAPS if not caps >> bit & 1]
+    if missing:
+        return (
+            f"the agent lacks {' and '.join(missing)} (other users' processes need "
+            "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)"
+        )
+    return (
+        "the agent holds CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, so a security module "
+        "(AppArmor, SELinux) or another user namespace denies it"
+    )
+
+
+def socket_inodes(fd_dir: str) -> tuple[set[int], OSError | None]:
+    """The socket inodes among a process's open files, and the permission error that hid some
+    or all of them (None when nothing was denied: every link read, or the process is gone)."""
+    try:
+        names = os.listdir(fd_dir)
+    except PermissionError as exc:  # another user's, without CAP_DAC_READ_SEARCH
+        return set(), exc
+    except OSError:  # gone
+        return set(), None
+    inodes: set[int] = set()
+    denied: OSError | None = None
+    for name in names:
+        try:
+            link = os.readlink(f"{fd_dir}/{name}")
+        except PermissionError as exc:  # the ptrace read check: CAP_SYS_PTRACE
+            denied = exc
+            continue
+        except OSError:  # closed since the listing
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    return inodes, denied
+
+
 class ProcessTable:
     """Map socket inodes to processes; ``proc_root`` may point at a fixture tree. ``pods``
     names the Kubernetes pod of a process in one (None: no pod lookup)."""
 
-    def __init__(self, proc_root: str | Path = "/proc", pods: PodDirectory | None = None) -> None:
+    def __init__(
+        self,
+        proc_root: str | Path = "/proc",
+        pods: PodDirectory | None = None,
+        caps: int | None = None,
+    ) -> None:
         self.proc_root = str(proc_root)
         self.pods = pods
+        self.caps = caps  # the agent's effective capabilities, for the log (None: read them)
         self._pid_inodes: dict[int, frozenset[int]] = {}
         self._owner: dict[int, int] = {}
         self._info: dict[int, ProcInfo | None] = {}
@@ -80,6 +146,13 @@ class ProcessTable:
         self._unresolvable: set[int] = set()
         self._early: dict[int, tuple[ProcInfo | None, float]] = {}  # see ``remember``
         self.pid_scans = 0  # fd directories read, for tests and benchmarks
+        self._fd_denied: dict[int, OSError] = {}  # pid -> why its fd table could not be read
+        self._fd_warned = False
+
+    @property
+    def unreadable_fd_tables(self) -> int:
+        """Live processes whose fd table could not be read when last looked at."""
+        return len(self._fd_denied)
 
     def lookup(self, inodes: set[int]) -> dict[int, ProcInfo]:
         """Owners of the given socket inodes (inode 0 and unowned inodes are left out)."""
@@ -110,6 +183,8 @@ class ProcessTable:
             # do not walk everything again for them on every scan.
             self._unresolvable |= missing
         self._unresolvable &= wanted
+        if self._fd_denied and not self._fd_warned:
+            self._warn_fd_denied()
         out: dict[int, ProcInfo] = {}
         for inode in wanted:
             pid = self._owner.get(inode)
@@ -152,28 +227,32 @@ class ProcessTable:
         except OSError:
             return []
 
+    def _warn_fd_denied(self) -> None:
+        self._fd_warned = True
+        pid, exc = next(iter(self._fd_denied.items()))
+        caps = effective_caps() if self.caps is None else self.caps
+        log.warning(
+            "cannot read /proc/<pid>/fd of %d process(es) (pid %d: %s): their sockets are "
+            "reported without a process (app unknown); %s. "
+            "connmon_agent_unreadable_fd_tables counts them; this is logged once",
+            len(self._fd_denied), pid, exc.strerror or exc, fd_access_hint(caps),
+        )  # fmt: skip
+
     def _forget(self, pid: int) -> None:
         for inode in self._pid_inodes.pop(pid, ()):
             if self._owner.get(inode) == pid:
                 del self._owner[inode]
         self._info.pop(pid, None)
         self._pod_uids.pop(pid, None)
+        self._fd_denied.pop(pid, None)
 
     def _scan_pid(self, pid: int) -> None:
         self.pid_scans += 1
-        fd_dir = f"{self.proc_root}/{pid}/fd"
-        inodes: set[int] = set()
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:  # gone, or not ours to read (needs CAP_SYS_PTRACE / DAC_READ_SEARCH)
-            names = []
-        for name in names:
-            try:
-                link = os.readlink(f"{fd_dir}/{name}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(int(link[8:-1]))
+        inodes, denied = socket_inodes(f"{self.proc_root}/{pid}/fd")
+        if denied is None:
+            self._fd_denied.pop(pid, None)
+        else:
+            self._fd_denied[pid] = denied
         old = self._pid_inodes.get(pid, frozenset())
         for inode in old - inodes:
             if self._owner.get(inode) == pid:

@@ -90,18 +90,27 @@ def make_pod_watcher(
     return watcher
 
 
-def make_ebpf(cfg: AgentConfig, metrics: AgentMetrics) -> ebpf.EbpfCollector | None:
+def make_ebpf(
+    cfg: AgentConfig, metrics: AgentMetrics, verdict: ebpf.Verdict | None = None
+) -> ebpf.EbpfCollector | None:
     """The eBPF collector, not started; None when ``ebpf`` is off or (``auto``) this host or
-    this agent's privileges do not allow it. ConfigError when ``on`` cannot work."""
+    this agent's privileges do not allow it (``verdict``: ``ebpf.check()``'s, asked when not
+    given), which the metrics then say. ConfigError when ``on`` cannot work."""
     if cfg.ebpf == "off" or cfg.collector == "proc":
+        metrics.set_ebpf_disabled("off")
         return None
-    why = ebpf.unavailable()
-    if why is not None:
+    v = ebpf.check() if verdict is None else verdict
+    if v.reason is not None:
         if cfg.ebpf == "on":
-            raise ConfigError(f"ebpf: on, but {why}")
-        log.info("eBPF collector not used: %s; connections shorter than a scan are missed", why)
+            raise ConfigError(f"ebpf: on, but {v.why}")
+        log.info("eBPF collector not used: %s; connections shorter than a scan are missed", v.why)
+        metrics.set_ebpf_disabled(v.reason)
         return None
-    return ebpf.EbpfCollector(max(1, round(cfg.scan_interval_s)), on_lost=metrics.ebpf_lost.inc)
+    if v.why is not None:
+        log.info("eBPF collector: %s", v.why)
+    return ebpf.EbpfCollector(
+        max(1, round(cfg.scan_interval_s)), on_lost=metrics.ebpf_lost.inc, env=dict(v.env)
+    )
 
 
 def _merge_counts(
@@ -256,6 +265,7 @@ class Agent:
             table.unreadable if table else 0,
             self.collector.errors,
         )
+        self.metrics.unreadable_fd_tables.set(self.procs.unreadable_fd_tables)
         self.metrics.last_scan.set(now)
         self.sink.pump()
         return emitted

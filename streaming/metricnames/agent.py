@@ -1,5 +1,6 @@
 """The agent's self-metrics (served on its own /metrics). Labels are bounded: states, sides,
-event kinds, drop reasons, collector names, configured cluster names and API error reasons."""
+event kinds, drop reasons, collector names, configured cluster names, API error reasons and
+the reasons eBPF is not used."""
 
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ COLLECTOR_INFO = Metric(
     "counts every connection's open and close.",
     ("collector",),
 )
+EBPF_DISABLED = Metric(
+    "connmon_agent_ebpf_disabled_info",
+    "gauge",
+    "1 when the agent runs without its eBPF collector from the start, with the reason: off "
+    "(ebpf: off, or collector: proc), no_bpftrace (not installed), not_root (bpftrace runs only "
+    "as uid 0), no_capability (neither CAP_SYS_ADMIN nor CAP_BPF with CAP_PERFMON), no_btf (no "
+    "kernel BTF where bpftrace looks), no_tracefs (tracefs not mounted or not readable), "
+    "no_tracepoint (kernel too old). The agent's log names the details.",
+    ("reason",),
+)
 EBPF_LOST = Metric(
     "connmon_agent_ebpf_events_lost_total",
     "counter",
@@ -77,6 +88,13 @@ UNREADABLE_PROCESSES = Metric(
     "Processes whose network namespace the agent could not read in the last scan (another "
     "user's, without CAP_SYS_PTRACE): sockets only they hold are not seen.",
 )
+UNREADABLE_FD_TABLES = Metric(
+    "connmon_agent_unreadable_fd_tables",
+    "gauge",
+    "Processes whose open files (/proc/<pid>/fd) the agent could not read when it last looked "
+    "(another user's, when the agent lacks CAP_SYS_PTRACE or CAP_DAC_READ_SEARCH): their "
+    "sockets are reported without a process (app unknown).",
+)
 NAMESPACE_ERRORS = Metric(
     "connmon_agent_namespace_errors_total",
     "counter",
@@ -109,6 +127,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     EVENTS_DROPPED,
     DELIVERY_ERRORS,
     COLLECTOR_INFO,
+    EBPF_DISABLED,
     EBPF_LOST,
     LAST_SCAN,
     LAST_METADATA_REFRESH,
@@ -116,6 +135,7 @@ AGENT_METRICS: tuple[Metric, ...] = (
     UP,
     NETWORK_NAMESPACES,
     UNREADABLE_PROCESSES,
+    UNREADABLE_FD_TABLES,
     NAMESPACE_ERRORS,
     KUBERNETES_API_ERRORS,
     KUBERNETES_PODS,

@@ -10,6 +10,7 @@ listener side closed first, 1 over IPv6 that the client closed first, and 1 that
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from streaming.agent.lifecycle import Meta, SocketLifecycles
 from streaming.agent.metrics import AgentMetrics
 from streaming.agent.procs import ProcessTable
 from streaming.agent.records import ESTABLISHED, TIME_WAIT, SocketRecord
-from streaming.agent.runner import Agent, make_refresher
+from streaming.agent.runner import Agent, make_ebpf, make_refresher
 from streaming.schema.validate import validate
 
 pytestmark = pytest.mark.unit
@@ -128,12 +129,162 @@ def test_unexpected_lines_are_counted_not_raised() -> None:
 
 
 def test_no_bpftrace_no_privilege_no_btf_each_say_why(tmp_path) -> None:
-    why = ebpf.unavailable(bpftrace="/bin/true", caps=0)
+    why = ebpf.unavailable(bpftrace="/bin/true", caps=0, euid=0)
     assert why is not None and "CAP_BPF" in why
     why = ebpf.unavailable(
-        bpftrace="/bin/true", caps=1 << ebpf.CAP_SYS_ADMIN, btf=str(tmp_path / "x")
+        bpftrace="/bin/true", caps=1 << ebpf.CAP_SYS_ADMIN, btf=str(tmp_path / "x"), euid=0
     )
     assert why is not None and "BTF" in why
+
+
+ADMIN = 1 << ebpf.CAP_SYS_ADMIN
+BPF_PERFMON = 1 << ebpf.CAP_BPF | 1 << ebpf.CAP_PERFMON
+ALL_CAPS = (1 << 41) - 1
+
+
+@pytest.mark.parametrize(
+    ("euid", "caps", "env", "bpftrace", "reason", "env_set"),
+    [
+        (0, ADMIN, {}, "bpftrace", None, ()),
+        (0, ADMIN | BPF_PERFMON, {}, "bpftrace", None, ()),
+        # bpftrace 0.17 cannot find the kernel's BTF without CAP_SYS_ADMIN: the agent names it.
+        (0, BPF_PERFMON, {}, "bpftrace", None, (("BPFTRACE_BTF", ebpf.BTF),)),
+        (0, BPF_PERFMON, {"BPFTRACE_BTF": "/btf/mine"}, "bpftrace", None, ()),
+        (0, BPF_PERFMON, {"BPFTRACE_BTF": "/btf/absent"}, "bpftrace", "no_btf", ()),
+        (0, 1 << ebpf.CAP_BPF, {}, "bpftrace", "no_capability", ()),
+        (0, 1 << ebpf.CAP_PERFMON, {}, "bpftrace", "no_capability", ()),
+        (0, 0, {}, "bpftrace", "no_capability", ()),
+        # bpftrace checks its euid whatever the capabilities.
+        (2000, ALL_CAPS, {}, "bpftrace", "not_root", ()),
+        (2000, 0, {}, "bpftrace", "not_root", ()),
+        (0, ALL_CAPS, {}, None, "no_bpftrace", ()),
+    ],
+)
+def test_privileges_decide_whether_and_how_bpftrace_can_run(
+    euid: int, caps: int, env: dict, bpftrace: str | None, reason: str | None, env_set: tuple
+) -> None:
+    exists = {ebpf.BTF, "/btf/mine"}.__contains__
+    v = ebpf.privilege_verdict(euid, caps, env, exists, bpftrace)
+    assert (v.reason, v.env) == (reason, env_set)
+    assert v.reason is None or v.reason in ebpf.REASONS
+    assert (v.why is not None) == (reason is not None or bool(env_set))
+    if env_set:
+        assert "BPFTRACE_BTF" in v.why
+
+
+def test_each_refusal_names_its_cause() -> None:
+    def why(euid: int, caps: int, env: dict | None = None, exists=lambda p: True) -> str:
+        return str(ebpf.privilege_verdict(euid, caps, env or {}, exists).why)
+
+    assert "uid 2000" in why(2000, ALL_CAPS) and "root" in why(2000, ALL_CAPS)
+    assert "CAP_SYS_ADMIN" in why(0, 0) and "CAP_PERFMON" in why(0, 0)
+    assert ebpf.BTF in why(0, ADMIN, exists=lambda p: False)
+    assert "BPFTRACE_BTF" in why(0, ADMIN, {"BPFTRACE_BTF": "/x"}, lambda p: False)
+
+
+def test_check_asks_for_privileges_first_and_keeps_their_env(tmp_path) -> None:
+    btf = tmp_path / "vmlinux"
+    btf.touch()
+    (tmp_path / "events" / ebpf.TRACEPOINT).mkdir(parents=True)
+    ok = ebpf.check("/bin/true", BPF_PERFMON, str(btf), str(tmp_path), euid=0, env={})
+    assert ok.env == (("BPFTRACE_BTF", str(btf)),) and ok.reason is None
+    # Refused before tracefs is looked at (or mounted).
+    nowhere = str(tmp_path / "no-tracefs")
+    assert ebpf.check("/bin/true", ALL_CAPS, str(btf), nowhere, euid=2000).reason == "not_root"
+    assert not os.path.exists(nowhere)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "words"),
+    [
+        ("ok", None, None),
+        ("unmounted", "no_tracefs", "not mounted"),
+        ("unreadable", "no_tracefs", "may not read"),
+        ("no_tracepoint", "no_tracepoint", ebpf.TRACEPOINT),
+    ],
+)
+def test_tracefs_unreadable_is_told_apart_from_unmounted(state, reason, words) -> None:
+    v = ebpf.tracefs_verdict(state)
+    assert v.reason == reason
+    assert v.why is None if words is None else words in v.why
+
+
+def test_tracefs_state_reads_the_tracepoints_directory(tmp_path, monkeypatch) -> None:
+    assert ebpf.tracefs_state(str(tmp_path)) == "unmounted"
+    (tmp_path / "events").mkdir()
+    assert ebpf.tracefs_state(str(tmp_path)) == "no_tracepoint"
+    (tmp_path / "events" / ebpf.TRACEPOINT).mkdir(parents=True)
+    assert ebpf.tracefs_state(str(tmp_path)) == "ok"
+    real_stat = ebpf.os.stat
+
+    def denied(path, *a, **kw):
+        if str(path).startswith(str(tmp_path)):
+            raise PermissionError(13, "Permission denied", path)
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr(ebpf.os, "stat", denied)  # a non-root agent, tracefs mode 0700
+    assert ebpf.tracefs_state(str(tmp_path)) == "unreadable"
+
+
+def _cfg(**settings):
+    return config.build(
+        {"clusters": [{"name": "local", "endpoints": ["1@127.0.0.1:19092"]}], **settings},
+        flags={"host": "web-1"},
+    )
+
+
+def _sample(m: AgentMetrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [({"ebpf": "off"}, "off"), ({"collector": "proc"}, "off"), ({}, "not_root")],
+)
+def test_an_agent_without_ebpf_says_why_in_its_metrics(settings, reason, caplog) -> None:
+    m = AgentMetrics()
+    verdict = ebpf.Verdict("not_root", "the agent runs as uid 2000")
+    with caplog.at_level("INFO"):
+        assert make_ebpf(_cfg(**settings), m, verdict) is None
+    assert _sample(m, "connmon_agent_collector_info", collector="ebpf") == 0
+    assert _sample(m, "connmon_agent_ebpf_disabled_info", reason=reason) == 1
+    assert ("uid 2000" in caplog.text) == (reason == "not_root")
+
+
+def test_ebpf_on_that_cannot_work_stops_the_agent() -> None:
+    from streaming.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ebpf: on, but the agent runs as uid 2000"):
+        make_ebpf(
+            _cfg(ebpf="on"), AgentMetrics(), ebpf.Verdict("not_root", "the agent runs as uid 2000")
+        )
+
+
+def test_the_btf_path_the_agent_sets_reaches_bpftrace(tmp_path, caplog) -> None:
+    import sys
+
+    seen = tmp_path / "env"
+    fake = tmp_path / "bpftrace"
+    fake.write_text(
+        f"#!{sys.executable}\nimport os\n"
+        f"open({str(seen)!r}, 'w').write(os.environ.get('BPFTRACE_BTF', '-'))\n"
+    )
+    fake.chmod(0o755)
+    verdict = ebpf.privilege_verdict(0, BPF_PERFMON, {}, lambda p: True)
+    m = AgentMetrics()
+    with caplog.at_level("INFO"):
+        col = make_ebpf(_cfg(), m, verdict)
+    assert col is not None and "BPFTRACE_BTF=" in caplog.text
+    assert _sample(m, "connmon_agent_ebpf_disabled_info", reason="no_btf") is None
+    col.bpftrace = str(fake)
+    col.start_timeout_s = 10
+    try:
+        col.ensure({19092})
+        _wait(seen.exists)
+        _wait(lambda: seen.read_text() != "")
+    finally:
+        col.stop()
+    assert seen.read_text() == ebpf.BTF
 
 
 def _meta() -> Meta:
