@@ -16,12 +16,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import logging
 import os
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable
+
+from streaming.agent.procs import CAP_SYS_PTRACE, effective_caps
+
+log = logging.getLogger(__name__)
 
 CLONE_NEWNET = 0x40000000
 NETLINK_SOCK_DIAG = 4
@@ -107,6 +112,25 @@ class NamespaceTable:
         # Processes whose namespace could not be read (another user's, without CAP_SYS_PTRACE):
         # their sockets are invisible unless they share a namespace with a readable one.
         self.unreadable = 0
+        self._warned = False
+
+    def _warn(self, pid: int) -> None:
+        """Once per agent: a live process's namespace was refused, so it is never scanned."""
+        self._warned = True
+        cause = (
+            "the agent lacks CAP_SYS_PTRACE"
+            if not effective_caps() >> CAP_SYS_PTRACE & 1
+            else "the agent holds CAP_SYS_PTRACE, so a security module or another user "
+            "namespace denies it"
+        )
+        log.warning(
+            "cannot read the network namespace of pid %d (/proc/%d/ns/net): sockets only such "
+            "processes hold are not seen; %s. connmon_agent_unreadable_processes counts them; "
+            "this is logged once",
+            pid,
+            pid,
+            cause,
+        )
 
     def refresh(self) -> dict[int, int]:
         """Namespace inode -> a pid in it (the lowest), for every namespace with a process.
@@ -133,6 +157,8 @@ class NamespaceTable:
                 ns = read_ns(self.proc_root, pid)
                 if ns is None:
                     unreadable += 1
+                    if not self._warned and os.path.isdir(f"{self.proc_root}/{pid}"):
+                        self._warn(pid)
                     continue
             fresh[pid] = ns
         self._pid_ns = fresh

@@ -256,6 +256,11 @@ def test_without_sys_ptrace_other_namespaces_are_unreadable(
     run = run_agent(tmp_path, workload, ("sys_admin", "dac_read_search"), "off", lambda r: True)
     assert run.sample("connmon_agent_unreadable_processes") > table.unreadable, run.metrics
     assert not run.holder_sockets(workload), run.events
+    warnings = [
+        line for line in run.log.splitlines() if "cannot read the network namespace" in line
+    ]
+    assert len(warnings) == 1, run.log
+    assert "WARNING" in warnings[0] and "lacks CAP_SYS_PTRACE" in warnings[0], warnings
     assert run.sample("connmon_agent_collector_info", collector="ebpf") == 0
     assert run.sample("connmon_agent_ebpf_disabled_info", reason="off") == 1
 
