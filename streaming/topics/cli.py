@@ -267,6 +267,10 @@ def run_acls(args: argparse.Namespace) -> int:
         return 0
     client = admin.admin_client(conf, "kafka/kafka-config")
     failed = admin.create_acls(client, bindings, args.timeout)
+    if failed and all(e.startswith("CLUSTER_AUTHORIZATION_FAILED") for e in failed.values()):
+        print("connmon topics acls: the admin client's principal may not create ACLs (it needs "
+              "ALTER on the cluster; a super user has it)", file=sys.stderr)  # fmt: skip
+        return EXIT_UNREACHABLE
     for principal, g in bindings:
         err = failed.get((principal, g))
         print(f"{principal}: {g}: {err or 'allowed'}")

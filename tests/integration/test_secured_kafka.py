@@ -307,3 +307,25 @@ def test_the_broker_refuses_an_unauthenticated_connection(secured) -> None:
     host, port = cluster.nodes[0].endpoint.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5):
         pass  # the port is open: the refusal above is the protocol's, not a closed port
+
+
+def test_topics_acls_apply_needs_a_principal_that_may_alter_the_cluster(secured, tmp_path) -> None:
+    cluster, clients = secured
+    argv = [sys.executable, "-m", "streaming", "topics", "acls", "--component", "agent"]
+    argv += ["--principal", "agent=User:another-agent", "--apply"]
+    as_admin = _run([*argv, "--config", str(clients / "admin.yaml")])
+    assert as_admin.returncode == 3, as_admin.stdout + as_admin.stderr
+    assert "needs ALTER on the cluster" in as_admin.stderr
+    su = tmp_path / "super.json"
+    su.write_text(json.dumps({"kafka": cluster.client_config()}))
+    as_super = _run([*argv, "--config", str(su)])
+    assert as_super.returncode == 0, as_super.stdout + as_super.stderr
+    assert as_super.stdout.count("User:another-agent: ") == 2
+    listed = admin.admin_client(cluster.client_config())
+    from confluent_kafka.admin import AclBindingFilter
+
+    g = acls.grants("agent", {DEFAULT_NAMES["events"]: "events"})[0]
+    found = listed.describe_acls(
+        AclBindingFilter(*admin.acl_fields("User:another-agent", g)), request_timeout=30
+    ).result()
+    assert len(found) == 1, found
