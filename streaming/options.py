@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,15 @@ def parse_pairs(setting: str, items: list[str] | None) -> dict[str, str]:
             raise ConfigError(f"{setting}: {item!r} is not KEY=VALUE")
         out[key.strip()] = value.strip()
     return out
+
+
+def env_key(suffix: str) -> str:
+    """A client setting's name from an environment variable's suffix: ``SASL_PASSWORD`` ->
+    ``sasl.password``."""
+    return suffix.lower().replace("_", ".")
+
+
+def env_settings(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Client settings from the variables named ``prefix`` + KEY, such as a Kubernetes Secret
+    sets, so that no credential has to appear in a command line or a config file."""
+    return {env_key(k[len(prefix) :]): v for k, v in environ.items() if k.startswith(prefix)}

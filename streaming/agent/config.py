@@ -27,7 +27,9 @@ File layout (YAML; TOML has the same keys)::
         listener_ports: [9092]      # on a broker host: sockets on these local ports
         broker_id: 1                # on a broker host: this broker's id
         metadata_refresh_s: 60
-        kafka: {security.protocol: SSL}                   # for the metadata client
+        kafka: {security.protocol: SSL}                   # for the metadata client; without
+                                    # it, a cluster with the producer's bootstrap servers uses
+                                    # the producer's security.*, sasl.* and ssl.* settings
     kubernetes:                     # pod names and labels from the API server (kubeapi.py)
       api: auto                     # auto: on in a pod with a service account token | on | off
       node_name: node-1             # default: the NODE_NAME environment variable
@@ -53,7 +55,7 @@ from streaming.agent.ebpf import MODES as EBPF_MODES
 from streaming.agent.kafka_meta import split_host_port
 from streaming.agent.kubeapi import API_MODES, valid_label_key
 from streaming.errors import ConfigError
-from streaming.options import parse_bool, read_config_file
+from streaming.options import env_key, parse_bool, read_config_file
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
 
@@ -112,6 +114,21 @@ class AgentConfig:
     def bootstrap_servers(self) -> str | None:
         return self.kafka.get("bootstrap.servers")
 
+    def metadata_client(self, c: ClusterConfig) -> dict[str, str]:
+        """The librdkafka settings of cluster ``c``'s metadata client: its own ``kafka:``; or,
+        for the cluster the agent produces to (the same bootstrap servers) when it has none,
+        the producer's security settings, so credentials are given once."""
+        if c.kafka or not self.bootstrap_servers:
+            return dict(c.kafka)
+        if set(_servers(self.bootstrap_servers, "kafka.bootstrap.servers")) != set(
+            c.bootstrap_servers
+        ):
+            return {}
+        return {k: v for k, v in self.kafka.items() if k.startswith(_SECURITY_PREFIXES)}
+
+
+# The producer settings a cluster's metadata client shares with it (``metadata_client``).
+_SECURITY_PREFIXES = ("security.", "sasl.", "ssl.")
 
 # Scalar settings: name -> converter. Env: CONNMON_AGENT_<NAME upper>.
 _SCALARS: dict[str, Any] = {
@@ -166,7 +183,7 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             out["cluster_bootstrap"] = [v for v in value.split(";") if v]
         elif name.startswith("kafka_"):
             # CONNMON_AGENT_KAFKA_SASL_PASSWORD -> sasl.password
-            out.setdefault("kafka", {})[name[6:].replace("_", ".")] = value
+            out.setdefault("kafka", {})[env_key(name[6:])] = value
         else:
             raise ConfigError(f"{key}: unknown agent setting")
     return out

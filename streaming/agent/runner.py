@@ -57,7 +57,7 @@ def make_refresher(cfg: AgentConfig, metrics: AgentMetrics) -> MetadataRefresher
     return MetadataRefresher(
         cluster_endpoints(cfg),
         bootstrap_of={c.name: ",".join(c.bootstrap_servers) for c in cfg.clusters},
-        kafka_config_of={c.name: dict(c.kafka) for c in cfg.clusters},
+        kafka_config_of={c.name: cfg.metadata_client(c) for c in cfg.clusters},
         refresh_s={c.name: c.metadata_refresh_s for c in cfg.clusters},
         on_refresh=lambda name, ts: metrics.last_metadata.labels(name).set(ts),
     )

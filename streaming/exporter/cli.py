@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 from confluent_kafka import KafkaException
 
@@ -11,8 +12,11 @@ from streaming.exporter import config as cfg
 from streaming.exporter.consumer import TopicReader
 from streaming.exporter.http import metrics_app
 from streaming.exporter.store import Store
+from streaming.options import env_settings
 from streaming.stopping import StopSignal
 from streaming.webserver import serve_endpoint
+
+KAFKA_ENV_PREFIX = "CONNMON_EXPORTER_KAFKA_"
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra librdkafka consumer setting (repeatable), e.g. security.protocol=SSL",
+        help="extra librdkafka consumer setting (repeatable), e.g. security.protocol=SSL; "
+        f"{KAFKA_ENV_PREFIX}<KEY> variables set them too (SASL_PASSWORD -> sasl.password)",
     )
     p.add_argument(
         "--check-topics",
@@ -94,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         basic_auth_user=args.basic_auth_user,
         basic_auth_password_file=args.basic_auth_password_file,
         kafka_config=args.kafka_config,
+        kafka_env=env_settings(os.environ, KAFKA_ENV_PREFIX),
         check_topics=args.check_topics,
         shards=args.shards,
         shard_index=args.shard_index,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streaming.errors import ConfigError
@@ -65,6 +66,7 @@ def build(
     basic_auth_user: str | None = None,
     basic_auth_password_file: str | None = None,
     kafka_config: list[str] | None = None,
+    kafka_env: Mapping[str, str] | None = None,
     check_topics: bool = True,
     shards: int = 1,
     shard_index: str | int = 0,
@@ -105,7 +107,7 @@ def build(
         tls_key_file=security.tls_key_file,
         basic_auth_user=security.basic_auth_user,
         basic_auth_password=security.basic_auth_password,
-        kafka_config=parse_pairs("kafka-config", kafka_config),
+        kafka_config={**(kafka_env or {}), **parse_pairs("kafka-config", kafka_config)},
         check_topics=bool(check_topics),
         shard=shard,
     )

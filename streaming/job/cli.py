@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -16,7 +17,7 @@ from streaming.job.settings import (
     from_sources,
     load_file,
 )
-from streaming.options import parse_pairs
+from streaming.options import env_settings, parse_pairs
 from streaming.stopping import StopSignal
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,8 @@ def settings_from_args(args: argparse.Namespace) -> JobSettings:
         ("spark", "spark_conf"),
     ):
         extra = parse_pairs(attr.replace("_", "-"), getattr(args, attr, None))
-        file[section] = {**(file.get(section) or {}), **extra}
+        env = env_settings(os.environ, f"CONNMON_JOB_{section.upper()}_")
+        file[section] = {**(file.get(section) or {}), **env, **extra}
     overrides = parse_pairs("set", args.detector_set)
     return from_sources(file, cli, overrides)
 

@@ -7,6 +7,11 @@ Config file shape::
     detectors:  {close_wait_grace_s: 5, idle_churn_window_s: 120, ...}
     kafka:      {security.protocol: SASL_SSL, ...}      # Spark source options, without "kafka."
     producer:   {security.protocol: SASL_SSL, ...}      # the driver's librdkafka producer
+
+Both also come from the environment, so a Secret can hold the credentials:
+``CONNMON_JOB_KAFKA_SASL_JAAS_CONFIG`` -> ``kafka: {sasl.jaas.config: ...}``,
+``CONNMON_JOB_PRODUCER_SASL_PASSWORD`` -> ``producer: {sasl.password: ...}``; the file's values
+give way to them, and ``--kafka-option``/``--producer-option`` to neither.
 """
 
 from __future__ import annotations

@@ -220,3 +220,32 @@ def test_cli_flags_reach_the_settings(tmp_path: Path, capsys: pytest.CaptureFixt
         build_parser().parse_args(["agent", "--network-namespaces", "host"])
     assert main(["agent", "--cluster-bootstrap", "h:1", "--basic-auth-user", "prom"]) == 2
     assert "basic_auth_user" in capsys.readouterr().err
+
+
+def test_the_home_clusters_metadata_client_shares_the_producers_credentials() -> None:
+    env = config.from_env(
+        {"CONNMON_AGENT_KAFKA_SASL_USERNAME": "agent", "CONNMON_AGENT_KAFKA_SASL_PASSWORD": "pw"}
+    )
+    cfg = config.build(
+        {
+            "kafka": {
+                "bootstrap.servers": "k2:9093,k1:9093",
+                "security.protocol": "SASL_SSL",
+                "linger.ms": "50",
+            },
+            "clusters": [
+                {"name": "home", "bootstrap_servers": "k1:9093,k2:9093"},
+                {"name": "other", "bootstrap_servers": "o1:9093"},
+                {"name": "own", "bootstrap_servers": "k1:9093", "kafka": {"sasl.username": "x"}},
+            ],
+        },
+        env,
+    )
+    home, other, own = cfg.clusters
+    assert cfg.metadata_client(home) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "agent",
+        "sasl.password": "pw",
+    }
+    assert cfg.metadata_client(other) == {}  # another cluster never gets these credentials
+    assert cfg.metadata_client(own) == {"sasl.username": "x"}

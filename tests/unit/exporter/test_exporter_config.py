@@ -55,3 +55,29 @@ def test_unknown_kafka_setting_fails_at_start(capsys) -> None:
     ]
     assert main(args) == 2
     assert "kafka-config" in capsys.readouterr().err
+
+
+def test_kafka_settings_from_the_environment_give_way_to_flags(monkeypatch) -> None:
+    """A Secret sets CONNMON_EXPORTER_KAFKA_*: no password in the command line."""
+    from streaming.cli import build_parser
+    from streaming.exporter import cli
+
+    seen: dict = {}
+    monkeypatch.setenv("CONNMON_EXPORTER_KAFKA_SASL_PASSWORD", "from-secret")
+    monkeypatch.setenv("CONNMON_EXPORTER_KAFKA_SASL_USERNAME", "env-user")
+    monkeypatch.setattr(cli, "check_topics", lambda conf: seen.update(conf.kafka_config))
+    monkeypatch.setattr(cli, "Store", _Stop)
+    args = build_parser().parse_args(
+        ["exporter", "--kafka-config", "sasl.username=flag-user", "--listen", "127.0.0.1:9853"]
+    )
+    with pytest.raises(_Stopped):
+        cli.run(args)
+    assert seen == {"sasl.password": "from-secret", "sasl.username": "flag-user"}
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _Stop(*args, **kwargs):  # noqa: N802 - stands in for the Store class
+    raise _Stopped

@@ -103,3 +103,15 @@ def test_no_check_topics_skips_the_check(monkeypatch) -> None:
     assert job_cli.settings_from_args(args).check_topics is False
     args = build_parser().parse_args(["agent", "--no-check-topics"])
     assert agent_cli._flags(args)["check_topics"] is False
+
+
+def test_job_kafka_and_producer_settings_from_the_environment(monkeypatch) -> None:
+    from streaming.cli import build_parser
+
+    monkeypatch.setenv("CONNMON_JOB_KAFKA_SASL_JAAS_CONFIG", "jaas-from-secret")
+    monkeypatch.setenv("CONNMON_JOB_PRODUCER_SASL_PASSWORD", "pw-from-secret")
+    monkeypatch.setenv("CONNMON_JOB_PRODUCER_SASL_USERNAME", "env-user")
+    args = build_parser().parse_args(["job", "--producer-option", "sasl.username=flag-user"])
+    s = job_cli.settings_from_args(args)
+    assert s.kafka == {"sasl.jaas.config": "jaas-from-secret"}
+    assert s.producer == {"sasl.password": "pw-from-secret", "sasl.username": "flag-user"}
