@@ -15,6 +15,7 @@ import yaml
 
 from streaming.metricnames import ALL_METRICS, PROMETHEUS_BUILTINS, series_names
 from streaming.metricnames.connmon import SERIES_LABELS
+from streaming.mixin import kubernetes_policy
 from streaming.mixin.alertmanager import RouteCase
 from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.mixin.promql import metric_names
@@ -220,6 +221,22 @@ def dashboard_linter(paths: list[Path]) -> tuple[int, str] | None:
         return None
     results = [_run([linter, "lint", "--strict", str(p)]) for p in paths]
     return max(r[0] for r in results), "\n".join(r[1] for r in results)
+
+
+def kubernetes_policy_problems(root: Path = ROOT) -> list[str]:
+    """The security policy (``kubernetes_policy``) over deploy/kubernetes/ as committed: every
+    manifest the kustomization lists, the executor pod template, the agent's and job's configs."""
+    kdir = root / "deploy" / "kubernetes"
+    kust = yaml.safe_load((kdir / "kustomization.yaml").read_text())
+    objects = [
+        doc
+        for name in [*kust["resources"], "config/executor-pod-template.yaml"]
+        for doc in yaml.safe_load_all((kdir / name).read_text())
+        if doc
+    ]
+    agent = yaml.safe_load((kdir / "config" / "agent.yaml").read_text())
+    job = yaml.safe_load((kdir / "config" / "job.yaml").read_text())
+    return kubernetes_policy.problems(objects, agent, job)
 
 
 def load_outputs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -66,6 +66,8 @@ def run_check(args: argparse.Namespace) -> int:
     )
     problems = [p for d in dashes for p in check.lint_dashboard(d)]
     ok &= _report("dashboard lint", len(problems), "\n".join(problems))
+    problems = check.kubernetes_policy_problems()
+    ok &= _report("kubernetes security policy", len(problems), "\n".join(problems))
     ok &= _report("promtool check rules", *check.promtool_check_rules())
     ok &= _report("promtool test rules", *check.promtool_test_rules())
     ok &= _report("amtool check-config", *check.amtool_check_config())

@@ -7,6 +7,7 @@ threshold lines quote them.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,11 @@ from streaming import __version__
 from streaming.detectors.config import DEFAULT as DETECTORS
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
+from streaming.mixin.kubernetes_policy import host_path_problem
 from streaming.options import parse_bool
+
+KAFKA_SECURITY = ("sasl_ssl", "ssl", "plaintext")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,11 @@ class MixinConfig:
     )
 
     # Kubernetes objects (deploy/kubernetes/, explained in deploy/kubernetes/README.md).
+    # The agent's and the exporter's namespace: it must admit the agent's privileged pods.
     kubernetes_namespace: str = "connmon"
+    # The job's namespace, restricted: its Role creates pods there, and a pod may mount any
+    # Secret of its namespace, so it holds nothing but the job.
+    job_namespace: str = "connmon-job"
     kubernetes_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/part-of": "connmon"}
     )
@@ -96,29 +105,42 @@ class MixinConfig:
     image_uid: int = 10001
     # Kafka: where events go and the job and exporter read, and the agent's one monitored
     # cluster in the generated config/agent.yaml.
-    kafka_bootstrap_servers: str = "kafka-bootstrap.kafka.svc:9092"
+    kafka_bootstrap_servers: str = "kafka-bootstrap.kafka.svc:9093"
     kafka_cluster_name: str = "main"
+    # How every component talks to Kafka: "sasl_ssl" (TLS, SASL/SCRAM with the credentials of
+    # the Secret connmon-<component>-kafka: username, password, ca.crt), "ssl" (TLS only, the
+    # Secret's ca.crt) or "plaintext" (test clusters only).
+    kafka_security: str = "sasl_ssl"
+    kafka_sasl_mechanism: str = "SCRAM-SHA-512"
     # Egress to Kafka (NetworkPolicy): pods of this namespace ("" for none) and these CIDRs, on
     # these ports. They must cover every broker of every monitored cluster.
     kafka_namespace: str = "kafka"
     kafka_egress_cidrs: tuple[str, ...] = ()
-    kafka_ports: tuple[int, ...] = (9092, 9093)
+    kafka_ports: tuple[int, ...] = (9093,)
     # Who may scrape the agent and the exporter (NetworkPolicy ingress).
     prometheus_namespace: str = "monitoring"
     prometheus_pod_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"}
     )
     # Egress to the API server: the Spark driver's (it creates executor pods), the agent's.
-    kubernetes_api_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # Required: the addresses behind the kubernetes Service (its EndpointSlice); none means no
+    # egress rule, and the driver cannot start its executors.
+    kubernetes_api_cidrs: tuple[str, ...] = ()
     kubernetes_api_ports: tuple[int, ...] = (443, 6443)
     agent_port: int = 9852
     exporter_port: int = 9853
+    # /metrics of the agent and the exporter over https, with the certificate of this Secret
+    # (tls.crt, tls.key and the CA Prometheus checks it with, ca.crt: cert-manager's keys).
+    metrics_tls: bool = True
+    metrics_tls_secret: str = "connmon-metrics-tls"
     # The agent enters every network namespace itself (hostPID, /proc/<pid>/ns/net, the node's
     # own through /proc/1/ns/net), so it needs no host network; true puts /metrics on the
     # node's address.
     agent_host_network: bool = False
-    # Host folders the agent mounts read-only to name pods (pod uid -> namespace/name).
-    agent_host_paths: tuple[str, ...] = ("/var/log/pods", "/var/lib/kubelet/pods")
+    # Host folders the agent mounts read-only to name pods (pod uid -> namespace/name) when the
+    # API server does not say. /var/lib/kubelet/pods (it holds every pod's Secrets) only with
+    # agent_kubernetes_api off.
+    agent_host_paths: tuple[str, ...] = ("/var/log/pods",)
     # The host's tracefs for the eBPF collector (bpftrace reads tracepoint formats there; the
     # container's /sys has none). An empty folder where the host mounts no tracefs: the agent
     # then says why it uses scans only.
@@ -126,6 +148,10 @@ class MixinConfig:
     # The agent watches its node's pods on the API server (names, and labels for app rules):
     # a token, a ClusterRole with get/list/watch on pods, egress to kubernetes_api_cidrs.
     agent_kubernetes_api: bool = True
+    # The agent's AppArmor profile: "Unconfined" (the runtime's default profile hides host
+    # processes from the agent's ptrace reads), "RuntimeDefault" or "Localhost/<profile>" (a
+    # profile loaded on every node).
+    agent_apparmor_profile: str = "Unconfined"
     agent_resources: dict[str, dict[str, str]] = field(
         default_factory=lambda: {
             "requests": {"cpu": "50m", "memory": "128Mi"},
@@ -159,8 +185,8 @@ class MixinConfig:
     job_checkpoint: str = "s3a://connmon-checkpoints/connmon-job"
     # S3-compatible endpoint ("" for AWS itself); set for MinIO, Ceph and the like.
     job_s3_endpoint: str = ""
-    # Egress to the checkpoint storage (NetworkPolicy).
-    job_checkpoint_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # Egress to the checkpoint storage (NetworkPolicy). Required: none means no egress rule.
+    job_checkpoint_cidrs: tuple[str, ...] = ()
     job_checkpoint_ports: tuple[int, ...] = (443,)
 
     @property
@@ -191,7 +217,52 @@ class MixinConfig:
         missing = sorted({"critical", "warning"} - set(self.alert_webhooks))
         if missing:
             raise ConfigError(f"alert_webhooks: no receiver for severity {', '.join(missing)}")
+        self._validate_kubernetes()
         return self
+
+    def _validate_kubernetes(self) -> None:
+        """The settings of deploy/kubernetes/: choices, namespaces, CIDRs, ports, host paths."""
+        choices = {
+            "kafka_security": (self.kafka_security, KAFKA_SECURITY),
+            "kafka_sasl_mechanism": (self.kafka_sasl_mechanism, SASL_MECHANISMS),
+        }
+        for name, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ConfigError(f"{name}: must be one of {', '.join(allowed)}, not {value!r}")
+        for name in ("kubernetes_namespace", "job_namespace"):
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", getattr(self, name)):
+                raise ConfigError(f"{name}: {getattr(self, name)!r} is not a namespace name")
+        if self.job_namespace == self.kubernetes_namespace:
+            raise ConfigError(
+                "job_namespace: must differ from kubernetes_namespace, which admits privileged "
+                "pods: the job's Role creates pods in its own namespace"
+            )
+        for name in ("kafka_egress_cidrs", "kubernetes_api_cidrs", "job_checkpoint_cidrs"):
+            for cidr in getattr(self, name):
+                try:
+                    ipaddress.ip_network(cidr)
+                except ValueError as exc:
+                    raise ConfigError(f"{name}: {cidr!r} is not a CIDR ({exc})") from None
+        for name in ("kafka_ports", "kubernetes_api_ports", "job_checkpoint_ports"):
+            for port in getattr(self, name):
+                if not isinstance(port, int) or not 0 < port < 65536:
+                    raise ConfigError(f"{name}: {port!r} is not a port number (1-65535)")
+        host_paths = [("agent_host_paths", path) for path in self.agent_host_paths]
+        host_paths += [("agent_tracefs", self.agent_tracefs)] if self.agent_tracefs else []
+        for name, path in host_paths:
+            problem = host_path_problem(path, self.agent_kubernetes_api)
+            if problem:
+                raise ConfigError(f"{name}: {problem}")
+        profile = self.agent_apparmor_profile
+        if profile not in ("Unconfined", "RuntimeDefault") and not re.fullmatch(
+            r"Localhost/\S+", profile
+        ):
+            raise ConfigError(
+                "agent_apparmor_profile: Unconfined, RuntimeDefault or Localhost/<profile>, "
+                f"not {profile!r}"
+            )
+        if self.metrics_tls and not self.metrics_tls_secret:
+            raise ConfigError("metrics_tls_secret: empty, while metrics_tls is on")
 
     def replace(self, **changes: Any) -> MixinConfig:
         names = {f.name for f in dataclasses.fields(self)}
@@ -220,7 +291,10 @@ def with_settings(base: MixinConfig, pairs: dict[str, str]) -> MixinConfig:
             elif isinstance(current, str):
                 changes[key] = value
             elif isinstance(current, tuple):
-                changes[key] = tuple(v.strip() for v in value.split(",") if v.strip())
+                items = [v.strip() for v in value.split(",") if v.strip()]
+                # Ports stay numbers (a string port in a NetworkPolicy names a container port).
+                kind = type(current[0]) if current and isinstance(current[0], int) else str
+                changes[key] = tuple(kind(v) for v in items)
             else:
                 raise ConfigError(f"set.{key}: not a mixin setting the command line can set")
         except ValueError:

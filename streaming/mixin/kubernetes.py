@@ -25,7 +25,30 @@ DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 UI_PORT = 4040
 CONFIG_DIR = "/etc/connmon"
+# Secrets are mounted outside CONFIG_DIR: a read-only ConfigMap volume cannot hold the mount
+# point of another volume.
+KAFKA_SECRET_DIR = "/var/run/secrets/connmon/kafka"
+KAFKA_CA = f"{KAFKA_SECRET_DIR}/ca.crt"
+METRICS_TLS_DIR = "/var/run/secrets/connmon/metrics-tls"
 SPARK_MAIN = "/opt/connmon/bin/spark-main.py"
+# Where each component reads its SASL credentials: environment variable -> key of its Secret.
+# The variables map onto client settings (streaming.options.env_settings), so no credential
+# is in a command line, which every process on the node may read.
+KAFKA_CREDENTIALS = {
+    "agent": {
+        "CONNMON_AGENT_KAFKA_SASL_USERNAME": "username",
+        "CONNMON_AGENT_KAFKA_SASL_PASSWORD": "password",
+    },
+    "exporter": {
+        "CONNMON_EXPORTER_KAFKA_SASL_USERNAME": "username",
+        "CONNMON_EXPORTER_KAFKA_SASL_PASSWORD": "password",
+    },
+    "job": {  # the driver's producer, and Spark's Java clients (a JAAS line)
+        "CONNMON_JOB_PRODUCER_SASL_USERNAME": "username",
+        "CONNMON_JOB_PRODUCER_SASL_PASSWORD": "password",
+        "CONNMON_JOB_KAFKA_SASL_JAAS_CONFIG": "sasl.jaas.config",
+    },
+}
 
 # ConfigMap name -> (kind of generator input, files under config/).
 CONFIG_MAPS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -54,9 +77,18 @@ def prometheus_rule(cfg: MixinConfig, alerts: dict, rules: dict) -> dict[str, An
 
 
 def service_monitors(cfg: MixinConfig) -> list[dict[str, Any]]:
-    """One ServiceMonitor per scrape job; the job label matches the rules' selectors."""
+    """One ServiceMonitor per scrape job; the job label matches the rules' selectors. Over
+    https, Prometheus checks the certificate against the Secret's CA under the Service's name
+    (it scrapes pod addresses, which the certificate does not name)."""
     out = []
     for component, port in (("exporter", "metrics"), ("agent", "metrics")):
+        endpoint: dict[str, Any] = {"port": port, "interval": "30s", "path": "/metrics"}
+        if cfg.metrics_tls:
+            endpoint["scheme"] = "https"
+            endpoint["tlsConfig"] = {
+                "ca": {"secret": {"name": cfg.metrics_tls_secret, "key": "ca.crt"}},
+                "serverName": f"connmon-{component}.{cfg.kubernetes_namespace}.svc",
+            }
         out.append(
             {
                 "apiVersion": "monitoring.coreos.com/v1",
@@ -69,7 +101,7 @@ def service_monitors(cfg: MixinConfig) -> list[dict[str, Any]]:
                 "spec": {
                     "jobLabel": "app.kubernetes.io/name",
                     "selector": {"matchLabels": {"app.kubernetes.io/name": f"connmon-{component}"}},
-                    "endpoints": [{"port": port, "interval": "30s", "path": "/metrics"}],
+                    "endpoints": [endpoint],
                 },
             }
         )
@@ -94,10 +126,15 @@ def labels(cfg: MixinConfig, component: str, role: str | None = None) -> dict[st
     }
 
 
+def namespace_of(cfg: MixinConfig, component: str) -> str:
+    """The job has a namespace of its own; the agent and the exporter share the other."""
+    return cfg.job_namespace if component == "job" else cfg.kubernetes_namespace
+
+
 def metadata(cfg: MixinConfig, name: str, component: str, role: str | None = None) -> dict:
     return {
         "name": name,
-        "namespace": cfg.kubernetes_namespace,
+        "namespace": namespace_of(cfg, component),
         "labels": labels(cfg, component, role),
     }
 
@@ -127,9 +164,11 @@ def resources(spec: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     return {kind: dict(values) for kind, values in spec.items()}
 
 
-def http_probe(period_s: int, failures: int) -> dict[str, Any]:
+def http_probe(cfg: MixinConfig, period_s: int, failures: int) -> dict[str, Any]:
+    """A probe of /metrics; over https the kubelet does not check the certificate."""
+    get = {"path": "/metrics", "port": "metrics", "scheme": "HTTPS" if cfg.metrics_tls else "HTTP"}
     return {
-        "httpGet": {"path": "/metrics", "port": "metrics"},
+        "httpGet": get,
         "periodSeconds": period_s,
         "timeoutSeconds": 5,
         "failureThreshold": failures,
@@ -147,8 +186,91 @@ def config_volume(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def optional_secret(name: str) -> dict[str, Any]:
-    """Environment from a Secret the operator may create (passwords, S3 keys)."""
+    """Environment from a Secret the operator may create (S3 keys)."""
     return {"secretRef": {"name": name, "optional": True}}
+
+
+def secret_files(
+    volume: str, secret: str, keys: Iterable[str], path: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, mount): these keys of a Secret only, read-only, readable by the pod's group."""
+    return (
+        {
+            "name": volume,
+            "secret": {
+                "secretName": secret,
+                "items": [{"key": k, "path": k} for k in keys],
+                "defaultMode": 0o440,
+            },
+        },
+        {"name": volume, "mountPath": path, "readOnly": True},
+    )
+
+
+def secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+# ---- Kafka security -----------------------------------------------------------------------
+def kafka_secret(component: str) -> str:
+    """The Secret with a component's Kafka credentials (username, password) and CA (ca.crt)."""
+    return f"connmon-{component}-kafka"
+
+
+def kafka_sasl(cfg: MixinConfig) -> bool:
+    return cfg.kafka_security == "sasl_ssl"
+
+
+def kafka_ca_volume(cfg: MixinConfig, component: str) -> list[tuple[dict, dict]]:
+    """The Kafka CA from the component's Secret (nothing else of it), unless plaintext."""
+    if cfg.kafka_security == "plaintext":
+        return []
+    return [secret_files("kafka-ca", kafka_secret(component), ["ca.crt"], KAFKA_SECRET_DIR)]
+
+
+def kafka_credentials_env(cfg: MixinConfig, component: str) -> list[dict[str, Any]]:
+    """The component's SASL credentials as the environment variables it reads, from its
+    Secret (``KAFKA_CREDENTIALS``)."""
+    if not kafka_sasl(cfg):
+        return []
+    secret = kafka_secret(component)
+    return [secret_env(n, secret, key) for n, key in KAFKA_CREDENTIALS[component].items()]
+
+
+def librdkafka_security(cfg: MixinConfig) -> dict[str, str]:
+    """librdkafka settings (agent, exporter, the job's producer), credentials apart."""
+    if cfg.kafka_security == "plaintext":
+        return {"security.protocol": "PLAINTEXT"}
+    if cfg.kafka_security == "ssl":
+        return {"security.protocol": "SSL", "ssl.ca.location": KAFKA_CA}
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": cfg.kafka_sasl_mechanism,
+        "ssl.ca.location": KAFKA_CA,
+    }
+
+
+def java_kafka_security(cfg: MixinConfig) -> dict[str, str]:
+    """Java client settings (Spark's Kafka source and sink), the JAAS config apart."""
+    if cfg.kafka_security == "plaintext":
+        return {"security.protocol": "PLAINTEXT"}
+    tls = {"ssl.truststore.type": "PEM", "ssl.truststore.location": KAFKA_CA}
+    if cfg.kafka_security == "ssl":
+        return {"security.protocol": "SSL", **tls}
+    return {"security.protocol": "SASL_SSL", "sasl.mechanism": cfg.kafka_sasl_mechanism, **tls}
+
+
+# ---- /metrics over https ------------------------------------------------------------------
+def metrics_tls(cfg: MixinConfig) -> tuple[list[str], list[tuple[dict, dict]]]:
+    """(flags, [(volume, mount)]): the agent's and the exporter's certificate and key."""
+    if not cfg.metrics_tls:
+        return [], []
+    flags = [
+        f"--tls-cert-file={METRICS_TLS_DIR}/tls.crt",
+        f"--tls-key-file={METRICS_TLS_DIR}/tls.key",
+    ]
+    keys = ["tls.crt", "tls.key"]
+    return flags, [secret_files("metrics-tls", cfg.metrics_tls_secret, keys, METRICS_TLS_DIR)]
 
 
 def service_account(cfg: MixinConfig, component: str, automount: bool) -> dict[str, Any]:
@@ -161,20 +283,28 @@ def service_account(cfg: MixinConfig, component: str, automount: bool) -> dict[s
 
 
 # ---- namespace and RBAC -------------------------------------------------------------------
-def namespace(cfg: MixinConfig) -> dict[str, Any]:
-    """The namespace; Pod Security admits the agent's hostPID, host paths and capabilities."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": cfg.kubernetes_namespace,
-            "labels": {
-                **cfg.kubernetes_labels,
-                "pod-security.kubernetes.io/enforce": "privileged",
-                "pod-security.kubernetes.io/enforce-version": "latest",
+def namespaces(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """The agent's and the exporter's namespace, whose Pod Security level admits the agent's
+    hostPID, host folders and capabilities; the job's, restricted, where its Role creates the
+    executor pods."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    **cfg.kubernetes_labels,
+                    "pod-security.kubernetes.io/enforce": level,
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
             },
-        },
-    }
+        }
+        for name, level in (
+            (cfg.kubernetes_namespace, "privileged"),
+            (cfg.job_namespace, "restricted"),
+        )
+    ]
 
 
 def job_role(cfg: MixinConfig) -> dict[str, Any]:
@@ -196,7 +326,7 @@ def job_role_binding(cfg: MixinConfig) -> dict[str, Any]:
         "metadata": metadata(cfg, "connmon-job", "job"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "connmon-job"},
         "subjects": [
-            {"kind": "ServiceAccount", "name": "connmon-job", "namespace": cfg.kubernetes_namespace}
+            {"kind": "ServiceAccount", "name": "connmon-job", "namespace": cfg.job_namespace}
         ],
     }
 
@@ -266,7 +396,9 @@ def agent_config(cfg: MixinConfig) -> dict[str, Any]:
         "collector": "auto",
         # Every network namespace on the node (pods have their own): entered through /proc.
         "network_namespaces": "all",
-        "kafka": {"bootstrap.servers": cfg.kafka_bootstrap_servers},
+        # The SASL username and password come from the environment (the Secret); the
+        # cluster's metadata client shares the producer's settings (same bootstrap servers).
+        "kafka": {"bootstrap.servers": cfg.kafka_bootstrap_servers, **librdkafka_security(cfg)},
         "clusters": [
             {"name": cfg.kafka_cluster_name, "bootstrap_servers": cfg.kafka_bootstrap_servers}
         ],
@@ -276,20 +408,36 @@ def agent_config(cfg: MixinConfig) -> dict[str, Any]:
     }
 
 
+def _read_only(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "mountPath": path, "readOnly": True}
+
+
+def apparmor_profile(setting: str) -> dict[str, str]:
+    """``appArmorProfile`` of ``agent_apparmor_profile``. Unconfined by default: the runtime's
+    default profile allows ptrace reads (fd links, namespace files) only of processes under
+    the same profile, so host processes would stay hidden."""
+    if setting.startswith("Localhost/"):
+        return {"type": "Localhost", "localhostProfile": setting.removeprefix("Localhost/")}
+    return {"type": setting}
+
+
 def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
     """One agent per node: hostPID to see every process, the capabilities it uses, the rest
     dropped; read-only root and host folders; the service account token when it watches pods."""
-    config_vol, config_mount = config_volume("connmon-agent")
-    tmp_vol, tmp_mount = tmp_volume()
-    host_vols, host_mounts = [], []
-    for i, path in enumerate(cfg.agent_host_paths):
-        name = f"host-{i}"
-        host_vols.append({"name": name, "hostPath": {"path": path, "type": "Directory"}})
-        host_mounts.append({"name": name, "mountPath": path, "readOnly": True})
+    host = [(f"host-{i}", path) for i, path in enumerate(cfg.agent_host_paths)]
     if cfg.agent_tracefs:
-        path = cfg.agent_tracefs
-        host_vols.append({"name": "tracefs", "hostPath": {"path": path, "type": "Directory"}})
-        host_mounts.append({"name": "tracefs", "mountPath": path, "readOnly": True})
+        host.append(("tracefs", cfg.agent_tracefs))
+    # type "" skips the kubelet's check, so the agent starts on nodes where a folder is
+    # elsewhere (other kubelet roots, no tracefs) and says itself what it lacks (pod names
+    # from the API server, the eBPF collector's reason). DirectoryOrCreate would make the
+    # kubelet create folders in the host's /sys or /var, which the kernel and runtime own.
+    mounted = [config_volume("connmon-agent"), tmp_volume()]
+    mounted += [
+        ({"name": name, "hostPath": {"path": path, "type": ""}}, _read_only(name, path))
+        for name, path in host
+    ]
+    tls_flags, tls_volumes = metrics_tls(cfg)
+    mounted += [*kafka_ca_volume(cfg, "agent"), *tls_volumes]
     container = {
         "name": "agent",
         "image": cfg.image,
@@ -299,12 +447,15 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
             f"--config={CONFIG_DIR}/agent.yaml",
             "--host=$(NODE_NAME)",
             f"--metrics-address=0.0.0.0:{cfg.agent_port}",
+            *tls_flags,
         ],
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-        "envFrom": [optional_secret("connmon-agent")],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            *kafka_credentials_env(cfg, "agent"),
+        ],
         "ports": [{"name": "metrics", "containerPort": cfg.agent_port, "protocol": "TCP"}],
-        "livenessProbe": {**http_probe(30, 3), "initialDelaySeconds": 30},
-        "readinessProbe": http_probe(10, 3),
+        "livenessProbe": {**http_probe(cfg, 30, 3), "initialDelaySeconds": 30},
+        "readinessProbe": http_probe(cfg, 10, 3),
         "resources": resources(cfg.agent_resources),
         "securityContext": {
             # Kubernetes grants no ambient capabilities: a non-root process would lose the
@@ -319,11 +470,9 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"], "add": list(AGENT_CAPABILITIES)},
             "seccompProfile": {"type": "RuntimeDefault"},
-            # The runtime's default AppArmor profile allows ptrace reads (fd links, namespace
-            # files) only of processes under the same profile: host processes would stay hidden.
-            "appArmorProfile": {"type": "Unconfined"},
+            "appArmorProfile": apparmor_profile(cfg.agent_apparmor_profile),
         },
-        "volumeMounts": [config_mount, tmp_mount, *host_mounts],
+        "volumeMounts": [mount for _, mount in mounted],
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": "connmon-agent",
@@ -334,7 +483,7 @@ def agent_daemonset(cfg: MixinConfig) -> dict[str, Any]:
         "tolerations": [{"operator": "Exists"}],
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
-        "volumes": [config_vol, tmp_vol, *host_vols],
+        "volumes": [volume for volume, _ in mounted],
     }
     if cfg.agent_host_network:
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -381,7 +530,9 @@ def exporter_env(cfg: MixinConfig) -> dict[str, str]:
 
 def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
     """One pod per shard: the pod name's ordinal (``connmon-exporter-2``) is its shard index."""
-    tmp_vol, tmp_mount = tmp_volume()
+    tls_flags, tls_volumes = metrics_tls(cfg)
+    mounted = [tmp_volume(), *kafka_ca_volume(cfg, "exporter"), *tls_volumes]
+    kafka = librdkafka_security(cfg)
     container = {
         "name": "exporter",
         "image": cfg.image,
@@ -395,15 +546,20 @@ def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
             "--finding-staleness=$(CONNMON_EXPORTER_FINDING_STALENESS)",
             "--shards=$(CONNMON_EXPORTER_SHARDS)",
             "--shard-index=$(POD_NAME)",
+            *tls_flags,
+            *(f"--kafka-config={key}={value}" for key, value in kafka.items()),
         ],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            *kafka_credentials_env(cfg, "exporter"),
+        ],
         "envFrom": [{"configMapRef": {"name": "connmon-exporter"}}],
         "ports": [{"name": "metrics", "containerPort": cfg.exporter_port, "protocol": "TCP"}],
-        "livenessProbe": {**http_probe(30, 3), "initialDelaySeconds": 30},
-        "readinessProbe": http_probe(10, 3),
+        "livenessProbe": {**http_probe(cfg, 30, 3), "initialDelaySeconds": 30},
+        "readinessProbe": http_probe(cfg, 10, 3),
         "resources": resources(cfg.exporter_resources),
         "securityContext": restricted_container_security(),
-        "volumeMounts": [tmp_mount],
+        "volumeMounts": [mount for _, mount in mounted],
     }
     return {
         "apiVersion": "apps/v1",
@@ -424,7 +580,7 @@ def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
                     "enableServiceLinks": False,
                     "securityContext": restricted_pod_security(cfg),
                     "containers": [container],
-                    "volumes": [tmp_vol],
+                    "volumes": [volume for volume, _ in mounted],
                 },
             },
         },
@@ -434,7 +590,7 @@ def exporter_statefulset(cfg: MixinConfig) -> dict[str, Any]:
 # ---- the Spark job ------------------------------------------------------------------------
 def driver_host(cfg: MixinConfig) -> str:
     """The driver's name for its executors: the headless Service in front of the driver pod."""
-    return f"connmon-job-driver.{cfg.kubernetes_namespace}.svc"
+    return f"connmon-job-driver.{cfg.job_namespace}.svc"
 
 
 def job_config(cfg: MixinConfig) -> dict[str, Any]:
@@ -447,8 +603,9 @@ def job_config(cfg: MixinConfig) -> dict[str, Any]:
             "trigger": "5s",
             "shuffle_partitions": 2 * cfg.job_executor_instances * cfg.job_executor_cores,
         },
-        "kafka": {},
-        "producer": {},
+        # Credentials: from the environment (KAFKA_CREDENTIALS).
+        "kafka": java_kafka_security(cfg),
+        "producer": librdkafka_security(cfg),
         "detectors": {},
     }
 
@@ -456,7 +613,7 @@ def job_config(cfg: MixinConfig) -> dict[str, Any]:
 def spark_defaults(cfg: MixinConfig) -> dict[str, str]:
     """config/spark-defaults.conf: Spark on Kubernetes in client mode, the executors, S3A."""
     conf = {
-        "spark.kubernetes.namespace": cfg.kubernetes_namespace,
+        "spark.kubernetes.namespace": cfg.job_namespace,
         "spark.kubernetes.container.image.pullPolicy": cfg.image_pull_policy,
         "spark.kubernetes.executor.podNamePrefix": "connmon-job",
         "spark.kubernetes.executor.podTemplateFile": f"{CONFIG_DIR}/executor-pod-template.yaml",
@@ -485,8 +642,9 @@ def spark_defaults(cfg: MixinConfig) -> dict[str, str]:
 
 def executor_pod_template(cfg: MixinConfig) -> dict[str, Any]:
     """config/executor-pod-template.yaml: what Spark starts executor pods from (it adds the
-    image, command, resources, local folders and its own labels)."""
-    tmp_vol, tmp_mount = tmp_volume("1Gi")
+    image, command, resources, local folders and its own labels). The executors' Kafka
+    clients need the CA; their credentials come with the query."""
+    mounted = [tmp_volume("1Gi"), *kafka_ca_volume(cfg, "job")]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -500,10 +658,10 @@ def executor_pod_template(cfg: MixinConfig) -> dict[str, Any]:
                     "name": "executor",
                     "envFrom": [optional_secret("connmon-job")],
                     "securityContext": restricted_container_security(),
-                    "volumeMounts": [tmp_mount],
+                    "volumeMounts": [mount for _, mount in mounted],
                 }
             ],
-            "volumes": [tmp_vol],
+            "volumes": [volume for volume, _ in mounted],
         },
     }
 
@@ -512,9 +670,8 @@ def job_deployment(cfg: MixinConfig) -> dict[str, Any]:
     """The Spark driver: ``spark-submit`` in client mode running ``connmon job``; executors
     are pods it creates. One replica, replaced only after the old one stopped (Recreate), so
     one driver at a time writes the checkpoint."""
-    config_vol, config_mount = config_volume("connmon-job")
     # The driver's scratch space: Spark's local folder, working directory, Python's temp files.
-    tmp_vol, tmp_mount = tmp_volume("4Gi")
+    mounted = [config_volume("connmon-job"), tmp_volume("4Gi"), *kafka_ca_volume(cfg, "job")]
     container = {
         "name": "driver",
         "image": cfg.image,
@@ -546,6 +703,7 @@ def job_deployment(cfg: MixinConfig) -> dict[str, Any]:
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             # The executors' image: keep it equal to this container's image.
             {"name": "SPARK_EXECUTOR_IMAGE", "value": cfg.image},
+            *kafka_credentials_env(cfg, "job"),
         ],
         "envFrom": [optional_secret("connmon-job")],
         "ports": [
@@ -556,7 +714,7 @@ def job_deployment(cfg: MixinConfig) -> dict[str, Any]:
         "resources": resources(cfg.job_driver_resources),
         "securityContext": restricted_container_security(),
         "workingDir": "/tmp",
-        "volumeMounts": [config_mount, tmp_mount],
+        "volumeMounts": [mount for _, mount in mounted],
     }
     return {
         "apiVersion": "apps/v1",
@@ -575,7 +733,7 @@ def job_deployment(cfg: MixinConfig) -> dict[str, Any]:
                     "securityContext": restricted_pod_security(cfg),
                     "terminationGracePeriodSeconds": 60,
                     "containers": [container],
-                    "volumes": [config_vol, tmp_vol],
+                    "volumes": [volume for volume, _ in mounted],
                 },
             },
         },
@@ -616,12 +774,18 @@ def _dns_egress() -> dict[str, Any]:
     return {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
 
 
-def _kafka_egress(cfg: MixinConfig) -> dict[str, Any]:
+def _egress(peers: list[dict[str, Any]], ports: Iterable[int]) -> list[dict[str, Any]]:
+    """One egress rule to these peers, or none without peers (an empty ``to`` is every
+    address)."""
+    return [{"to": peers, "ports": _tcp(ports)}] if peers else []
+
+
+def _kafka_egress(cfg: MixinConfig) -> list[dict[str, Any]]:
     peers = _cidrs(cfg.kafka_egress_cidrs)
     if cfg.kafka_namespace:
         ns = {"kubernetes.io/metadata.name": cfg.kafka_namespace}
         peers.append({"namespaceSelector": {"matchLabels": ns}})
-    return {"to": peers, "ports": _tcp(cfg.kafka_ports)}
+    return _egress(peers, cfg.kafka_ports)
 
 
 def _prometheus_ingress(cfg: MixinConfig, port: int) -> dict[str, Any]:
@@ -651,17 +815,18 @@ def network_policies(cfg: MixinConfig) -> list[dict[str, Any]]:
     """Ingress: Prometheus to the agent's and the exporter's /metrics; the job's driver and
     executors among themselves. Egress: DNS and Kafka for all; the API server for the job
     (executor pods) and the agent (its node's pods); the job's checkpoint storage. Everything
-    else is denied."""
+    else is denied. The API server and the checkpoint storage only at the configured CIDRs
+    (none configured: no rule)."""
     job_pods = {"podSelector": {"matchLabels": selector("job")}}
-    basic = [_dns_egress(), _kafka_egress(cfg)]
-    api = {"to": _cidrs(cfg.kubernetes_api_cidrs), "ports": _tcp(cfg.kubernetes_api_ports)}
+    basic = [_dns_egress(), *_kafka_egress(cfg)]
+    api = _egress(_cidrs(cfg.kubernetes_api_cidrs), cfg.kubernetes_api_ports)
     job_egress = [
         *basic,
         {"to": [job_pods]},
-        api,
-        {"to": _cidrs(cfg.job_checkpoint_cidrs), "ports": _tcp(cfg.job_checkpoint_ports)},
+        *api,
+        *_egress(_cidrs(cfg.job_checkpoint_cidrs), cfg.job_checkpoint_ports),
     ]
-    agent_egress = [*basic, api] if cfg.agent_kubernetes_api else basic
+    agent_egress = [*basic, *api] if cfg.agent_kubernetes_api else basic
     return [
         _policy(cfg, "agent", [_prometheus_ingress(cfg, cfg.agent_port)], agent_egress),
         _policy(cfg, "exporter", [_prometheus_ingress(cfg, cfg.exporter_port)], basic),
@@ -673,7 +838,7 @@ def network_policies(cfg: MixinConfig) -> list[dict[str, Any]]:
 def manifests(cfg: MixinConfig) -> dict[str, list[dict[str, Any]]]:
     """File name under deploy/kubernetes/ -> its objects (the Prometheus Operator's apart)."""
     return {
-        "namespace.yaml": [namespace(cfg)],
+        "namespace.yaml": namespaces(cfg),
         "rbac.yaml": rbac(cfg),
         "agent.yaml": [
             agent_daemonset(cfg),
@@ -700,17 +865,31 @@ def format_env(env: dict[str, str]) -> str:
 
 def config_files(cfg: MixinConfig, dump_yaml: Callable[[Any], str]) -> dict[str, str]:
     """File name under deploy/kubernetes/config/ -> text; ``dump_yaml`` writes YAML."""
+    agent_sasl = job_sasl = ""
+    if kafka_sasl(cfg):
+        agent_sasl = (
+            "# The SASL username and password come from the Secret connmon-agent-kafka\n"
+            "# (CONNMON_AGENT_KAFKA_SASL_USERNAME, _PASSWORD); the cluster's metadata client\n"
+            "# shares the producer's security settings (the same bootstrap servers).\n"
+        )
+        job_sasl = (
+            "# The SASL credentials come from the Secret connmon-job-kafka, as environment\n"
+            "# variables: CONNMON_JOB_KAFKA_SASL_JAAS_CONFIG (Spark's clients) and\n"
+            "# CONNMON_JOB_PRODUCER_SASL_USERNAME, _PASSWORD (the driver's producer).\n"
+        )
     return {
         "agent.yaml": CONFIG_HEADER
-        + "# The DaemonSet sets host (--host, the node's name) and metrics_address; secrets\n"
-        "# such as CONNMON_AGENT_KAFKA_SASL_PASSWORD go into the Secret connmon-agent.\n"
-        "# App names from pod labels (with the Kubernetes API on), first match wins:\n"
+        + "# The DaemonSet sets host (--host, the node's name), metrics_address and the TLS\n"
+        "# files of /metrics.\n"
+        + agent_sasl
+        + "# App names from pod labels (with the Kubernetes API on), first match wins:\n"
         "#   apps:\n"
         "#   - {match: '(.+)', name: '\\1', on: 'label:app.kubernetes.io/name'}\n"
         + dump_yaml(agent_config(cfg)),
         "exporter.env": CONFIG_HEADER + format_env(exporter_env(cfg)),
         "job.yaml": CONFIG_HEADER
         + "# connmon job settings (docs/job.md); the Deployment gives --master.\n"
+        + job_sasl
         + dump_yaml(job_config(cfg)),
         "spark-defaults.conf": CONFIG_HEADER + format_properties(spark_defaults(cfg)),
         "executor-pod-template.yaml": CONFIG_HEADER + dump_yaml(executor_pod_template(cfg)),
@@ -719,14 +898,15 @@ def config_files(cfg: MixinConfig, dump_yaml: Callable[[Any], str]) -> dict[str,
 
 def kustomization(cfg: MixinConfig, resources: Iterable[str]) -> dict[str, Any]:
     """``kubectl apply -k``: every manifest, and the ConfigMaps generated from config/ (a
-    content hash in their names rolls the pods when a config file changes)."""
+    content hash in their names rolls the pods when a config file changes). No namespace of
+    its own: the objects are in two."""
     generators = []
     for name, (kind, files) in CONFIG_MAPS.items():
-        generators.append({"name": name, kind: [f"config/{f}" for f in files]})
+        ns = namespace_of(cfg, name.removeprefix("connmon-"))
+        generators.append({"name": name, "namespace": ns, kind: [f"config/{f}" for f in files]})
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "namespace": cfg.kubernetes_namespace,
         "resources": list(resources),
         "configMapGenerator": generators,
         "generatorOptions": {"labels": dict(cfg.kubernetes_labels)},

@@ -18,10 +18,13 @@ import yaml
 
 import streaming
 from streaming.cli import build_parser
+from streaming.errors import ConfigError
+from streaming.exporter import cli as exporter_cli
 from streaming.exporter import config as exporter_config
 from streaming.job.cli import settings_from_args
 from streaming.mixin import build, kubernetes
-from streaming.mixin.config import DEFAULT
+from streaming.mixin.config import DEFAULT, MixinConfig, with_settings
+from streaming.options import env_settings
 
 ROOT = build.ROOT
 KDIR = ROOT / "deploy" / "kubernetes"
@@ -86,7 +89,7 @@ def generated_configmaps() -> list[dict[str, Any]]:
                 "kind": "ConfigMap",
                 "metadata": {
                     "name": gen["name"],
-                    "namespace": kust["namespace"],
+                    "namespace": gen["namespace"],
                     "labels": kust["generatorOptions"]["labels"],
                 },
                 "data": data,
@@ -198,6 +201,32 @@ _ENDPOINT_FIELDS = (  # noqa: SIM905
     "params path port proxyConnectHeader proxyFromEnvironment proxyUrl relabelings scheme "
     "scrapeTimeout targetPort tlsConfig trackTimestampsStaleness"
 ).split()
+_TLS_CONFIG_FIELDS = (  # noqa: SIM905 (the endpoint's TLSConfig, compact)
+    "ca caFile cert certFile insecureSkipVerify keyFile keySecret maxVersion minVersion serverName"
+).split()
+_SECRET_KEY = {
+    "type": "object",
+    "required": ["key"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "optional": {"type": "boolean"},
+    },
+}
+_TLS_CONFIG = {
+    "type": "object",
+    "propertyNames": {"enum": _TLS_CONFIG_FIELDS},
+    "properties": {
+        "ca": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"secret": _SECRET_KEY, "configMap": _SECRET_KEY},
+        },
+        "serverName": {"type": "string"},
+        "insecureSkipVerify": {"type": "boolean"},
+    },
+}
 SERVICE_MONITOR_SCHEMA = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -226,6 +255,7 @@ SERVICE_MONITOR_SCHEMA = {
                             "path": {"type": "string"},
                             "interval": {"type": "string", "pattern": _DURATION},
                             "scheme": {"enum": ["http", "https", "HTTP", "HTTPS"]},
+                            "tlsConfig": _TLS_CONFIG,
                         },
                     },
                 },
@@ -333,6 +363,10 @@ def test_crd_schema_catches_a_misspelt_field() -> None:
     bad["spec"]["endpoints"][0]["intervall"] = "30s"
     with pytest.raises(jsonschema.ValidationError, match="intervall"):
         jsonschema.Draft202012Validator(SERVICE_MONITOR_SCHEMA).validate(bad)
+    bad = kubernetes.service_monitors(DEFAULT)[0]
+    bad["spec"]["endpoints"][0]["tlsConfig"]["servername"] = "x"
+    with pytest.raises(jsonschema.ValidationError, match="servername"):
+        jsonschema.Draft202012Validator(SERVICE_MONITOR_SCHEMA).validate(bad)
 
 
 # ---- the kustomization ----------------------------------------------------------------------
@@ -350,7 +384,14 @@ def test_kustomization_lists_exactly_the_generated_files() -> None:
     on_disk = {str(p.relative_to(KDIR)) for p in KDIR.rglob("*") if p.is_file()}
     assert on_disk - {"kustomization.yaml", "README.md"} == generated
     assert len(kust["resources"]) == len(listed & set(kust["resources"]))  # no duplicates
-    assert kust["namespace"] == DEFAULT.kubernetes_namespace
+    # The objects are in two namespaces: kustomize must not move them into one.
+    assert "namespace" not in kust
+    namespaces = {gen["name"]: gen["namespace"] for gen in kust["configMapGenerator"]}
+    assert namespaces == {
+        "connmon-agent": DEFAULT.kubernetes_namespace,
+        "connmon-exporter": DEFAULT.kubernetes_namespace,
+        "connmon-job": DEFAULT.job_namespace,
+    }
 
 
 def _kustomize() -> list[str] | None:
@@ -443,11 +484,10 @@ def test_agent_sees_every_process_without_being_privileged() -> None:
 def test_agent_mounts_only_the_pod_folders_and_tracefs_and_only_read_only() -> None:
     spec = _pod_spec(AGENT)
     host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-    assert sorted(host.values()) == [
-        "/sys/kernel/tracing",
-        "/var/lib/kubelet/pods",
-        "/var/log/pods",
-    ]
+    # Not /var/lib/kubelet/pods (every pod's Secrets): the API watch names the pods.
+    assert sorted(host.values()) == ["/sys/kernel/tracing", "/var/log/pods"]
+    # No kubelet check: a node without the folder still runs the agent, which reports it.
+    assert {v["hostPath"]["type"] for v in spec["volumes"] if "hostPath" in v} == {""}
     for mount in _container(AGENT)["volumeMounts"]:
         if mount["name"] in host:
             assert mount["readOnly"] is True
@@ -465,7 +505,7 @@ def test_agent_runs_on_every_node_with_its_node_name_as_host() -> None:
     assert node_name in c["env"]
     assert "--host=$(NODE_NAME)" in c["args"]
     for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+        assert c[probe]["httpGet"] == {"path": "/metrics", "port": "metrics", "scheme": "HTTPS"}
     assert set(c["resources"]) == {"requests", "limits"}
     assert {"cpu", "memory"} <= set(c["resources"]["requests"]) & set(c["resources"]["limits"])
 
@@ -514,8 +554,10 @@ def test_rbac_is_the_job_drivers_role_and_the_agents_pod_reader() -> None:
     assert [r["metadata"]["name"] for r in roles] == ["connmon-job"]
     assert [b["metadata"]["name"] for b in bindings] == ["connmon-job"]
     assert bindings[0]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "connmon-job", "namespace": DEFAULT.kubernetes_namespace}
+        {"kind": "ServiceAccount", "name": "connmon-job", "namespace": DEFAULT.job_namespace}
     ]
+    assert roles[0]["metadata"]["namespace"] == bindings[0]["metadata"]["namespace"]
+    assert roles[0]["metadata"]["namespace"] == DEFAULT.job_namespace
     assert bindings[0]["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
@@ -626,17 +668,55 @@ def test_only_prometheus_scrapes_the_agent_and_the_exporter() -> None:
         egress_ports = {
             p["port"] for e in _by("NetworkPolicy", name)["spec"]["egress"] for p in e["ports"]
         }
-        api = set(DEFAULT.kubernetes_api_ports) if name == "connmon-agent" else set()
-        assert egress_ports == {53, *DEFAULT.kafka_ports, *api}
+        # No API server rule until kubernetes_api_cidrs names its addresses.
+        assert egress_ports == {53, *DEFAULT.kafka_ports}
 
 
-def test_job_reaches_kafka_the_api_server_and_its_checkpoint_storage() -> None:
+def test_job_reaches_dns_kafka_and_its_own_pods_until_the_cidrs_are_set() -> None:
     egress = _by("NetworkPolicy", "connmon-job")["spec"]["egress"]
     ports = {p["port"] for e in egress for p in e.get("ports", [])}
-    assert ports == {53, *DEFAULT.kafka_ports, 443, 6443}
+    assert ports == {53, *DEFAULT.kafka_ports}
     job_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "connmon-job"}}}
     assert {"to": [job_pods]} in egress
     assert _by("NetworkPolicy", "connmon-job")["spec"]["ingress"] == [{"from": [job_pods]}]
+
+
+def _policies(cfg: MixinConfig) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in kubernetes.network_policies(cfg)}
+
+
+def test_api_server_and_checkpoint_egress_go_to_the_configured_cidrs_only() -> None:
+    cfg = DEFAULT.replace(
+        kubernetes_api_cidrs=("10.0.0.10/32", "10.0.0.11/32"),
+        job_checkpoint_cidrs=("192.168.50.0/24",),
+        job_checkpoint_ports=(443, 9000),
+        kafka_egress_cidrs=("10.20.0.0/16",),
+    ).validate()
+    policies = _policies(cfg)
+    api = {
+        "to": [{"ipBlock": {"cidr": "10.0.0.10/32"}}, {"ipBlock": {"cidr": "10.0.0.11/32"}}],
+        "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+    }
+    storage = {
+        "to": [{"ipBlock": {"cidr": "192.168.50.0/24"}}],
+        "ports": [{"port": 443, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}],
+    }
+    assert api in policies["connmon-agent"]["spec"]["egress"]
+    assert api not in policies["connmon-exporter"]["spec"]["egress"]
+    job_egress = policies["connmon-job"]["spec"]["egress"]
+    assert api in job_egress and storage in job_egress
+    kafka = {"ipBlock": {"cidr": "10.20.0.0/16"}}
+    for policy in policies.values():
+        assert any(kafka in e.get("to", []) for e in policy["spec"]["egress"])
+        kubernetes_validate.validate(policy, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_no_egress_rule_without_peers_but_dns() -> None:
+    """An empty ``to`` admits every address: a setting left empty drops its rule instead."""
+    cfg = DEFAULT.replace(kafka_namespace="", kafka_egress_cidrs=())
+    for policy in _policies(cfg).values():
+        for rule in policy["spec"]["egress"]:
+            assert rule.get("to") or {p["port"] for p in rule["ports"]} == {53}, rule
 
 
 # ---- the job --------------------------------------------------------------------------------
@@ -662,7 +742,7 @@ def test_executors_find_the_driver_through_its_headless_service() -> None:
     conf = _spark_defaults()
     svc = _by("Service", "connmon-job-driver")
     assert svc["spec"]["clusterIP"] == "None"
-    ns = DEFAULT.kubernetes_namespace
+    ns = DEFAULT.job_namespace
     assert conf["spark.driver.host"] == f"{svc['metadata']['name']}.{ns}.svc"
     assert conf["spark.kubernetes.namespace"] == ns
     svc_ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
@@ -716,18 +796,120 @@ def _with_config(args: list[str], tmp_path: Path, configmap: str) -> list[str]:
     return [a.replace("/etc/connmon", str(tmp_path)) for a in args]
 
 
-def test_agent_arguments_and_config_parse(tmp_path: Path) -> None:
+# What the Secrets hold in these tests ("=" in a password must survive KEY=VALUE flags).
+SECRETS = {
+    f"connmon-{c}-kafka": {"username": f"connmon-{c}", "password": f"{c}=pw", "ca.crt": "CA"}
+    for c in ("agent", "exporter", "job")
+}
+# A Strimzi KafkaUser Secret carries the JAAS line too; the job's Java clients read it.
+SECRETS["connmon-job-kafka"]["sasl.jaas.config"] = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="connmon-job" '
+    'password="job=pw";'
+)
+SECRET_ROOT = "/var/run/secrets/connmon"
+
+
+@pytest.fixture(scope="module")
+def mounted_secrets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Secrets' files as the pods see them under SECRET_ROOT: a real certificate and key
+    for /metrics (the loaders open them), the Kafka CA."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make the /metrics certificate")
+    root = tmp_path_factory.mktemp("secrets")
+    (root / "metrics-tls").mkdir()
+    (root / "kafka").mkdir()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-days", "1", "-subj", "/CN=connmon-agent.connmon.svc",
+         "-keyout", str(root / "metrics-tls" / "tls.key"),
+         "-out", str(root / "metrics-tls" / "tls.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    shutil.copy(root / "metrics-tls" / "tls.crt", root / "kafka" / "ca.crt")
+    return root
+
+
+def _with_secrets(args: list[str], root: Path) -> list[str]:
+    return [a.replace(SECRET_ROOT, str(root)) for a in args]
+
+
+def _secret_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment variables that come from Secrets, with SECRETS' values."""
+    out = {}
+    for var in container.get("env", []):
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref:
+            out[var["name"]] = SECRETS[ref["name"]][ref["key"]]
+    return out
+
+
+def test_every_secret_reference_is_the_components_own() -> None:
+    """Each pod reads only its own component's Kafka Secret (and only the CA as a file), and
+    the /metrics certificate."""
+    pods = {"agent": AGENT, "exporter": EXPORTER, "job": DRIVER, "job executor": TEMPLATE}
+    for name, obj in pods.items():
+        component = name.split()[0]
+        spec = _pod_spec(obj)
+        c = _container(obj)
+        refs = {
+            (v["valueFrom"]["secretKeyRef"]["name"], v["valueFrom"]["secretKeyRef"]["key"])
+            for v in c.get("env", [])
+            if "secretKeyRef" in v.get("valueFrom", {})
+        }
+        expected = {
+            "agent": {"username", "password"},
+            "exporter": {"username", "password"},
+            "job": {"username", "password", "sasl.jaas.config"},
+            "job executor": set(),
+        }[name]
+        assert refs == {(f"connmon-{component}-kafka", k) for k in expected}, name
+        secrets = {
+            v["secret"]["secretName"]: [i["key"] for i in v["secret"]["items"]]
+            for v in spec["volumes"]
+            if "secret" in v
+        }
+        tls = {"connmon-metrics-tls": ["tls.crt", "tls.key"]} if component != "job" else {}
+        assert secrets == {f"connmon-{component}-kafka": ["ca.crt"], **tls}, name
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        for v in spec["volumes"]:
+            if "secret" in v:
+                assert mounts[v["name"]]["readOnly"] is True
+                assert mounts[v["name"]]["mountPath"].startswith(SECRET_ROOT + "/")
+
+
+def test_agent_arguments_and_config_parse(tmp_path: Path, mounted_secrets: Path) -> None:
     from streaming.agent import config as agent_config
 
-    args = _expand(_container(AGENT)["args"], {"NODE_NAME": "node-1"})
-    ns = build_parser().parse_args(_with_config(args, tmp_path, "connmon-agent"))
-    cfg = agent_config.load(
-        ns.config, {"host": ns.host, "metrics_address": ns.metrics_address}, environ={}
+    c = _container(AGENT)
+    args = _expand(c["args"], {"NODE_NAME": "node-1"})
+    ns = build_parser().parse_args(
+        _with_secrets(_with_config(args, tmp_path, "connmon-agent"), mounted_secrets)
     )
+    flags = {
+        "host": ns.host,
+        "metrics_address": ns.metrics_address,
+        "tls_cert_file": ns.tls_cert_file,
+        "tls_key_file": ns.tls_key_file,
+    }
+    cfg = agent_config.load(ns.config, flags, environ=_secret_env(c))
     assert cfg.host == "node-1"
     assert cfg.metrics_address == f"0.0.0.0:{DEFAULT.agent_port}"
+    assert cfg.metrics_security.tls_cert_file == str(mounted_secrets / "metrics-tls" / "tls.crt")
     assert cfg.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
+    assert cfg.kafka == {
+        "bootstrap.servers": DEFAULT.kafka_bootstrap_servers,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "ssl.ca.location": f"{SECRET_ROOT}/kafka/ca.crt",
+        "sasl.username": "connmon-agent",
+        "sasl.password": "agent=pw",
+    }
     assert [c.name for c in cfg.clusters] == [DEFAULT.kafka_cluster_name]
+    # The cluster's metadata client authenticates as the producer does.
+    metadata = cfg.metadata_client(cfg.clusters[0])
+    assert metadata["security.protocol"] == "SASL_SSL"
+    assert metadata["sasl.password"] == "agent=pw"
+    assert "agent=pw" not in " ".join(args)
     assert cfg.network_namespaces == "all"  # pods' sockets, without the host network
     assert cfg.kubernetes.api == "auto" and cfg.kubernetes.node_name is None  # NODE_NAME
     # The commented example of label rules in the file is a valid rule.
@@ -737,13 +919,18 @@ def test_agent_arguments_and_config_parse(tmp_path: Path) -> None:
     assert [r.label_key for r in rules] == ["app.kubernetes.io/name"]
 
 
-def test_exporter_arguments_and_config_parse() -> None:
+def test_exporter_arguments_and_config_parse(mounted_secrets: Path) -> None:
     assert CONFIGMAPS["connmon-exporter"]["data"] == kubernetes.exporter_env(DEFAULT)
     cfg = DEFAULT.replace(exporter_shards=3)
     (sts,) = [d for d in kubernetes.manifests(cfg)["exporter.yaml"] if d["kind"] == "StatefulSet"]
     for ordinal in range(sts["spec"]["replicas"]):
-        pod_env = {**kubernetes.exporter_env(cfg), "POD_NAME": f"connmon-exporter-{ordinal}"}
-        ns = build_parser().parse_args(_expand(_container(sts)["args"], pod_env))
+        pod_env = {
+            **kubernetes.exporter_env(cfg),
+            **_secret_env(_container(sts)),
+            "POD_NAME": f"connmon-exporter-{ordinal}",
+        }
+        args = _with_secrets(_expand(_container(sts)["args"], pod_env), mounted_secrets)
+        ns = build_parser().parse_args(args)
         conf = exporter_config.build(
             bootstrap_servers=ns.bootstrap_servers,
             listen=ns.listen,
@@ -752,16 +939,33 @@ def test_exporter_arguments_and_config_parse() -> None:
             finding_staleness_s=ns.finding_staleness,
             shards=ns.shards,
             shard_index=ns.shard_index,
+            tls_cert_file=ns.tls_cert_file,
+            tls_key_file=ns.tls_key_file,
+            kafka_config=ns.kafka_config,
+            kafka_env=env_settings(pod_env, exporter_cli.KAFKA_ENV_PREFIX),
         )
+        assert "exporter=pw" not in " ".join(args)  # never in a command line
         assert (conf.listen_host, conf.listen_port) == ("0.0.0.0", DEFAULT.exporter_port)
         assert conf.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
         assert conf.series_limit == DEFAULT.exporter_series_limit
+        assert conf.tls_key_file == str(mounted_secrets / "metrics-tls" / "tls.key")
+        assert conf.kafka_config == {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "ssl.ca.location": str(mounted_secrets / "kafka" / "ca.crt"),
+            "sasl.username": "connmon-exporter",
+            "sasl.password": "exporter=pw",
+        }
         # Every pod serves its own shard of as many as there are pods.
         assert (conf.shard.index, conf.shard.count) == (ordinal, 3)
 
 
-def test_job_arguments_and_config_parse(tmp_path: Path) -> None:
-    args = _container(DRIVER)["args"]
+def test_job_arguments_and_config_parse(tmp_path: Path, monkeypatch) -> None:
+    c = _container(DRIVER)
+    for name, value in _secret_env(c).items():
+        monkeypatch.setenv(name, value)
+    args = _expand(c["args"], _secret_env(c))
+    assert "job=pw" not in " ".join(args)  # never in a command line
     job_args = args[args.index(kubernetes.SPARK_MAIN) + 1 :]
     ns = build_parser().parse_args(_with_config(job_args, tmp_path, "connmon-job"))
     settings = settings_from_args(ns)
@@ -769,31 +973,198 @@ def test_job_arguments_and_config_parse(tmp_path: Path) -> None:
     assert not settings.local
     assert settings.checkpoint == DEFAULT.job_checkpoint
     assert settings.bootstrap_servers == DEFAULT.kafka_bootstrap_servers
+    ca = f"{SECRET_ROOT}/kafka/ca.crt"
+    assert settings.kafka == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": ca,
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="connmon-job" password="job=pw";',
+    }
+    assert settings.producer == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "ssl.ca.location": ca,
+        "sasl.username": "connmon-job",
+        "sasl.password": "job=pw",
+    }
+    # The executors' Kafka clients find the same CA file.
+    (mount,) = [
+        m for m in TEMPLATE["spec"]["containers"][0]["volumeMounts"] if m["name"] == "kafka-ca"
+    ]
+    assert f"{mount['mountPath']}/ca.crt" == ca
 
 
 # ---- settings flow through --------------------------------------------------------------------
 def test_settings_reach_every_object() -> None:
     cfg = DEFAULT.replace(
         kubernetes_namespace="obs",
+        job_namespace="obs-job",
         image="reg.example/connmon:9",
         job_checkpoint="hdfs://nn/connmon",
         job_s3_endpoint="http://minio.obs.svc:9000",
-    )
+    ).validate()
     objs = [o for objects in kubernetes.manifests(cfg).values() for o in objects]
     for obj in objs:
         if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
-            assert obj["metadata"]["namespace"] == "obs"
+            job = obj["metadata"]["name"].startswith("connmon-job")
+            assert obj["metadata"]["namespace"] == ("obs-job" if job else "obs")
         elif obj["kind"] == "ClusterRoleBinding":
             assert obj["subjects"][0]["namespace"] == "obs"
+    assert {o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"} == {"obs", "obs-job"}
+    for sm in kubernetes.service_monitors(cfg):
+        assert sm["metadata"]["namespace"] == "obs"
+        name = sm["metadata"]["name"]
+        assert sm["spec"]["endpoints"][0]["tlsConfig"]["serverName"] == f"{name}.obs.svc"
     assert {
         _container(o)["image"]
         for o in objs
         if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")
     } == {"reg.example/connmon:9"}
     conf = kubernetes.spark_defaults(cfg)
-    assert conf["spark.driver.host"] == "connmon-job-driver.obs.svc"
+    assert conf["spark.driver.host"] == "connmon-job-driver.obs-job.svc"
+    assert conf["spark.kubernetes.namespace"] == "obs-job"
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.obs.svc:9000"
     assert kubernetes.job_config(cfg)["job"]["checkpoint"] == "hdfs://nn/connmon"
-    assert kubernetes.kustomization(cfg, ["a.yaml"])["namespace"] == "obs"
+    generators = kubernetes.kustomization(cfg, ["a.yaml"])["configMapGenerator"]
+    assert {g["name"]: g["namespace"] for g in generators} == {
+        "connmon-agent": "obs",
+        "connmon-exporter": "obs",
+        "connmon-job": "obs-job",
+    }
     for obj in objs:
         kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[0], strict=True)
+
+
+# ---- security settings ------------------------------------------------------------------------
+def _objects(cfg: MixinConfig) -> list[dict[str, Any]]:
+    objs = [o for objects in kubernetes.manifests(cfg).values() for o in objects]
+    return [*objs, kubernetes.executor_pod_template(cfg)]
+
+
+def _workload(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (obj,) = [o for o in objs if o["kind"] == kind]
+    return obj
+
+
+def test_namespaces_the_agents_admits_privileged_pods_the_jobs_only_restricted() -> None:
+    levels = {
+        o["metadata"]["name"]: o["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+        for o in OBJECTS
+        if o["kind"] == "Namespace"
+    }
+    assert levels == {
+        DEFAULT.kubernetes_namespace: "privileged",
+        DEFAULT.job_namespace: "restricted",
+    }
+    assert AGENT["metadata"]["namespace"] == EXPORTER["metadata"]["namespace"]
+    assert DRIVER["metadata"]["namespace"] == DEFAULT.job_namespace
+    assert _by("ServiceAccount", "connmon-job")["metadata"]["namespace"] == DEFAULT.job_namespace
+
+
+@pytest.mark.parametrize("security", ["sasl_ssl", "ssl", "plaintext"])
+def test_kafka_security_is_a_setting(security: str) -> None:
+    cfg = DEFAULT.replace(kafka_security=security).validate()
+    objs = _objects(cfg)
+    protocol = {"sasl_ssl": "SASL_SSL", "ssl": "SSL", "plaintext": "PLAINTEXT"}[security]
+    agent = kubernetes.agent_config(cfg)
+    job = kubernetes.job_config(cfg)
+    assert "kafka" not in agent["clusters"][0]  # the producer's settings serve it
+    for conf in (agent["kafka"], job["kafka"], job["producer"]):
+        assert conf["security.protocol"] == protocol
+        assert ("ssl.ca.location" in conf or "ssl.truststore.location" in conf) == (
+            security != "plaintext"
+        )
+    exporter_args = _container(_workload(objs, "StatefulSet"))["args"]
+    assert f"--kafka-config=security.protocol={protocol}" in exporter_args
+    for obj in objs:
+        if obj["kind"] in ("DaemonSet", "StatefulSet", "Deployment", "Pod"):
+            c = _container(obj)
+            creds = [v for v in c.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})]
+            assert bool(creds) == (security == "sasl_ssl" and obj["kind"] != "Pod")
+            ca = [v for v in _pod_spec(obj)["volumes"] if v["name"] == "kafka-ca"]
+            assert bool(ca) == (security != "plaintext")
+            # Credentials come from the environment: no argument carries one.
+            assert not [a for a in c.get("args", []) if "sasl.username" in a or "jaas" in a]
+        kubernetes_validate.validate(obj, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_metrics_tls_off_is_plain_http() -> None:
+    cfg = DEFAULT.replace(metrics_tls=False).validate()
+    objs = _objects(cfg)
+    for kind in ("DaemonSet", "StatefulSet"):
+        c = _container(_workload(objs, kind))
+        assert not [a for a in c["args"] if a.startswith("--tls-")]
+        assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+        assert "metrics-tls" not in {m["name"] for m in c["volumeMounts"]}
+    for sm in kubernetes.service_monitors(cfg):
+        assert set(sm["spec"]["endpoints"][0]) == {"port", "interval", "path"}
+
+
+def test_metrics_tls_is_on_by_default() -> None:
+    for obj in (AGENT, EXPORTER):
+        c = _container(obj)
+        assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        assert "--tls-cert-file=/var/run/secrets/connmon/metrics-tls/tls.crt" in c["args"]
+    for sm in (o for o in OBJECTS if o["kind"] == "ServiceMonitor"):
+        (endpoint,) = sm["spec"]["endpoints"]
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"]["ca"] == {
+            "secret": {"name": "connmon-metrics-tls", "key": "ca.crt"}
+        }
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("Unconfined", {"type": "Unconfined"}),
+        ("RuntimeDefault", {"type": "RuntimeDefault"}),
+        ("Localhost/connmon-agent", {"type": "Localhost", "localhostProfile": "connmon-agent"}),
+    ],
+)
+def test_agent_apparmor_profile_is_a_setting(setting: str, expected: dict[str, str]) -> None:
+    agent = kubernetes.agent_daemonset(DEFAULT.replace(agent_apparmor_profile=setting).validate())
+    assert _container(agent)["securityContext"]["appArmorProfile"] == expected
+    kubernetes_validate.validate(agent, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_kubelet_pod_folders_only_without_the_api_watch() -> None:
+    paths = ("/var/log/pods", "/var/lib/kubelet/pods")
+    cfg = DEFAULT.replace(agent_kubernetes_api=False, agent_host_paths=paths).validate()
+    spec = _pod_spec(kubernetes.agent_daemonset(cfg))
+    assert {v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v} >= set(paths)
+    with pytest.raises(ConfigError, match=r"^agent_host_paths: /var/lib/kubelet/pods holds"):
+        DEFAULT.replace(agent_host_paths=paths).validate()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"kafka_security": "tls"}, r"^kafka_security: must be one of sasl_ssl, ssl, plaintext"),
+        ({"kafka_sasl_mechanism": "PLAIN"}, r"^kafka_sasl_mechanism: must be one of"),
+        ({"job_namespace": "connmon"}, r"^job_namespace: must differ from kubernetes_namespace"),
+        ({"job_namespace": "Connmon_Job"}, r"^job_namespace: 'Connmon_Job' is not a namespace"),
+        ({"kubernetes_api_cidrs": ("10.0.0.1/8",)}, r"^kubernetes_api_cidrs: '10.0.0.1/8' is not"),
+        ({"job_checkpoint_cidrs": ("s3",)}, r"^job_checkpoint_cidrs: 's3' is not a CIDR"),
+        ({"kafka_ports": (0,)}, r"^kafka_ports: 0 is not a port number"),
+        ({"agent_host_paths": ("/",)}, r"^agent_host_paths: / is or contains /var/lib/kubelet"),
+        ({"agent_host_paths": ("/etc/kubernetes/pki",)}, r"is inside /etc/kubernetes"),
+        ({"agent_host_paths": ("var/log",)}, r"^agent_host_paths: 'var/log' is not an absolute"),
+        ({"agent_tracefs": "/root"}, r"^agent_tracefs: /root is or contains /root"),
+        ({"agent_apparmor_profile": "Localhost/"}, r"^agent_apparmor_profile: Unconfined,"),
+        ({"metrics_tls_secret": ""}, r"^metrics_tls_secret: empty"),
+    ],
+)
+def test_a_wrong_security_setting_fails_naming_it(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DEFAULT.replace(**changes).validate()
+
+
+def test_command_line_settings_keep_ports_numbers() -> None:
+    cfg = with_settings(
+        DEFAULT,
+        {"kubernetes_api_cidrs": "10.0.0.10/32, 10.0.0.11/32", "kafka_ports": "9093,9094"},
+    )
+    assert cfg.kubernetes_api_cidrs == ("10.0.0.10/32", "10.0.0.11/32")
+    assert cfg.kafka_ports == (9093, 9094)
