@@ -329,3 +329,32 @@ def test_topics_acls_apply_needs_a_principal_that_may_alter_the_cluster(secured,
         AclBindingFilter(*admin.acl_fields("User:another-agent", g)), request_timeout=30
     ).result()
     assert len(found) == 1, found
+
+
+def test_stack_up_with_security_gives_each_component_working_settings(tmp_path) -> None:
+    """The command a person runs: the cluster, its ACLs and the client settings files."""
+    import os
+
+    env = {**os.environ, "CONNMON_STATE_DIR": str(tmp_path / "stack")}
+    cli = [sys.executable, "-m", "streaming"]
+    up = subprocess.run(
+        [*cli, "stack", "up", "--security", "sasl_ssl", "--brokers", "1", "--no-prometheus"],
+        capture_output=True, text=True, timeout=180, env=env,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        clients = tmp_path / "stack" / "clients"
+        assert "SASL_SSL (SCRAM-SHA-512), ACLs on" in up.stdout
+        assert sorted(p.name for p in clients.iterdir()) == [
+            "admin.yaml", "agent.yaml", "exporter.yaml", "job.yaml",
+        ]  # fmt: skip
+        assert all(p.stat().st_mode & 0o077 == 0 for p in clients.iterdir())
+        ok = _run([*cli, "topics", "check", "--config", str(clients / "admin.yaml")])
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        # The agent's user sees only its own topic: the ACLs are on.
+        denied = _run([*cli, "topics", "check", "--config", str(clients / "agent.yaml")])
+        assert denied.returncode == 3 and "lacks ACL DESCRIBE on topic connmon.findings" in (
+            denied.stdout
+        )
+    finally:
+        subprocess.run([*cli, "stack", "down"], capture_output=True, timeout=60, env=env)
