@@ -32,6 +32,10 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
+# Waits between replacements of a producer that keeps failing fatally (doubling).
+REPLACE_MIN_S, REPLACE_MAX_S = 5.0, 300.0
+
+
 class KafkaSink:
     """Produce events to ``topic`` keyed by host."""
 
@@ -43,6 +47,7 @@ class KafkaSink:
         metrics: AgentMetrics,
         queue_size: int = 10000,
         producer_factory: Callable[[dict], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         from confluent_kafka import KafkaException, Producer
 
@@ -62,6 +67,9 @@ class KafkaSink:
         except KafkaException as exc:  # a bad librdkafka setting
             raise ConfigError(f"kafka: {exc.args[0].str()}") from None
         self.fatal: str | None = None
+        self._clock = clock
+        self._backoff_s = 0.0  # how long the last replacement holds off the next one
+        self._replace_at = 0.0
         # Events handed to librdkafka and not yet reported. len(producer) would also count
         # librdkafka's own requests (InitProducerId with idempotence), so it is not used.
         self.inflight = 0
@@ -85,13 +93,21 @@ class KafkaSink:
         """Hand queued events to librdkafka until its buffer is full; serve delivery reports."""
         if self.fatal is not None:
             # An idempotent producer's fatal error (e.g. fenced epoch) ends that instance; a new
-            # one carries on. What the old one still held is lost and counted.
+            # one carries on. What the old one still held is lost and counted. A cause that
+            # stays (a revoked ACL) would otherwise reconnect, TLS and SASL included, at every
+            # scan from every agent of the fleet: replacements back off up to REPLACE_MAX_S.
+            now = self._clock()
+            if now < self._replace_at:
+                self.metrics.queue.set(len(self.queue) + self.inflight)
+                return
             if self.inflight:
                 self.metrics.drop("producer_fatal", self.inflight)
             log.error("replacing the producer after a fatal error: %s", self.fatal)
             self.producer = self._factory(self._conf)
             self.fatal = None
             self.inflight = 0
+            self._backoff_s = min(max(2 * self._backoff_s, REPLACE_MIN_S), REPLACE_MAX_S)
+            self._replace_at = now + self._backoff_s
         from confluent_kafka import KafkaException
 
         produce = self.producer.produce
@@ -126,6 +142,7 @@ class KafkaSink:
         self.inflight -= 1
         if err is None:
             self.metrics.produced.labels(kind).inc()
+            self._backoff_s = 0.0  # this producer works: a later fatal error is replaced at once
             return
         self.metrics.delivery_errors.inc()
         from confluent_kafka import KafkaError

@@ -242,6 +242,8 @@ class _Refusing:
     def __init__(self, error) -> None:
         self.error = error
         self.produced = 0
+        self.delivered = 0
+        self.pending: list = []
 
     def produce(self, *args, **kwargs) -> None:
         from confluent_kafka import KafkaException
@@ -249,9 +251,16 @@ class _Refusing:
         if self.error is not None:
             raise KafkaException(self.error)
         self.produced += 1
+        self.pending.append(kwargs.get("on_delivery"))
 
     def poll(self, timeout: float) -> int:
-        return 0
+        """Delivery reports: every record was delivered."""
+        pending, self.pending = self.pending, []
+        for report in pending:
+            if report is not None:
+                report(None, None)
+                self.delivered += 1
+        return len(pending)
 
 
 def test_a_fatal_error_raised_by_produce_replaces_the_producer_and_keeps_the_event() -> None:
@@ -307,3 +316,49 @@ def test_agent_keeps_events_within_the_schema_limits() -> None:
     assert dropped == 1
     (line,) = out.getvalue().splitlines()
     assert validate(line.encode()).reason in (None, "time_out_of_range")
+
+
+def test_a_producer_that_keeps_failing_is_replaced_with_backoff_until_one_delivers() -> None:
+    """A revoked ACL must not make every agent reconnect (TLS, SASL) at every scan."""
+    from confluent_kafka import KafkaError
+
+    from streaming.agent.producer import REPLACE_MAX_S, REPLACE_MIN_S
+
+    now = [0.0]
+    made: list[_Refusing] = []
+    refused = KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "refused", fatal=True)
+    working = [False]
+
+    def factory(conf: dict) -> _Refusing:
+        made.append(_Refusing(None if working[0] else refused))
+        return made[-1]
+
+    sink = KafkaSink(
+        "t", "h", {"bootstrap.servers": "x:1"}, AgentMetrics(), 10, factory, lambda: now[0]
+    )
+
+    def replacements(seconds: int) -> list[float]:
+        """Pump once a second, as scans would, with an event to send each time."""
+        at = []
+        for _ in range(seconds):
+            before = len(made)
+            sink.send({"kind": "opened"})
+            sink.pump()
+            if len(made) > before:
+                at.append(now[0])
+            now[0] += 1.0
+        return at
+
+    at = replacements(2000)
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+    assert gaps[:3] == [REPLACE_MIN_S, 2 * REPLACE_MIN_S, 4 * REPLACE_MIN_S]
+    assert max(gaps) == REPLACE_MAX_S and gaps == sorted(gaps)
+    assert len(made) < 20  # not 2000
+    working[0] = True  # the ACL is back: the next producer delivers
+    replacements(int(REPLACE_MAX_S) + 1)
+    assert made[-1].delivered > 0
+    working[0] = False  # revoked again: the waits start from the shortest
+    sink.on_error(refused)
+    at = replacements(int(REPLACE_MAX_S) + 30)
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+    assert gaps[:2] == [REPLACE_MIN_S, 2 * REPLACE_MIN_S]
