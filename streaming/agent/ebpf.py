@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from streaming.agent.procs import effective_caps
 from streaming.agent.records import CLOSE_WAIT, ESTABLISHED, FIN_WAIT1, SYN_RECV, SYN_SENT
@@ -386,6 +385,11 @@ class Verdict:
     why: str | None = None
     env: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def why_not(self) -> str | None:
+        """Why eBPF cannot run (None: it can)."""
+        return self.why if self.reason is not None else None
+
 
 def privilege_verdict(
     euid: int,
@@ -493,12 +497,6 @@ def check(
         _mount_tracefs(tracefs)
         state = tracefs_state(tracefs)
     return tracefs_verdict(state, tracefs) if state != "ok" else verdict
-
-
-def unavailable(**facts: Any) -> str | None:
-    """Why eBPF cannot be used here (None: it can); ``facts`` as ``check`` takes them."""
-    verdict = check(**facts)
-    return verdict.why if verdict.reason is not None else None
 
 
 def prog_stats(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:

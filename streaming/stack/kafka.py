@@ -35,13 +35,14 @@ from typing import Any
 from streaming.stack import artifacts
 from streaming.stack.ports import free_port, port_in_use
 from streaming.stack.tls import Authority
+from streaming.topics.acls import DEFAULT_USERS
 
 SECURITY = ("plaintext", "sasl_ssl")
 SCRAM = "SCRAM-SHA-512"
 # The brokers' own user (inter-broker and controller traffic); the only super user.
 SUPER_USER = "broker"
 # One SCRAM user per connmon component, named as the documented principals.
-COMPONENT_USERS = ("connmon-agent", "connmon-job", "connmon-exporter", "connmon-admin")
+COMPONENT_USERS = tuple(DEFAULT_USERS.values())
 
 log = logging.getLogger(__name__)
 

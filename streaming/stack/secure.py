@@ -38,7 +38,7 @@ def secure_for_connmon(cluster: KafkaCluster, out: Path) -> Path:
         "exporter": {"kafka": client(cluster, "exporter")},
         "admin": {"kafka": client(cluster, "admin")},
         "job": {
-            "kafka": cluster.java_client_config(user("job")),
+            "kafka": cluster.java_client_config(acls.DEFAULT_USERS["job"]),
             "producer": client(cluster, "job"),
         },
     }
@@ -49,11 +49,6 @@ def secure_for_connmon(cluster: KafkaCluster, out: Path) -> Path:
     return out
 
 
-def user(component: str) -> str:
-    """The SCRAM user of a component's default principal."""
-    return acls.DEFAULT_PRINCIPALS[component].partition(":")[2]
-
-
 def client(cluster: KafkaCluster, component: str) -> dict[str, str]:
     """librdkafka settings of ``component`` on ``cluster``."""
-    return cluster.client_config(user(component))
+    return cluster.client_config(acls.DEFAULT_USERS[component])

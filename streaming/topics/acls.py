@@ -36,6 +36,8 @@ EXPORTER_GROUP_PREFIX = "connmon-exporter-"
 # Prefixed group grants: component -> (group id prefix, operations).
 _GROUP_OPERATIONS = {"exporter": (EXPORTER_GROUP_PREFIX, ("DESCRIBE",))}
 DEFAULT_PRINCIPALS = {c: f"User:connmon-{c}" for c in COMPONENTS}
+# The SASL user of each default principal.
+DEFAULT_USERS = {c: p.partition(":")[2] for c, p in DEFAULT_PRINCIPALS.items()}
 
 # Role -> operations on that topic, per component, and why.
 _TOPIC_OPERATIONS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -92,10 +94,6 @@ class Grant:
     role: str
     operation: str
     resource: str = "topic"
-
-    @property
-    def topic(self) -> str | None:
-        return self.name if self.resource == "topic" else None
 
     @property
     def why(self) -> str:

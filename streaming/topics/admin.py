@@ -146,55 +146,49 @@ def describe(
 def missing_acls(admin: Any, wanted: Sequence[acls.Grant], timeout_s: float) -> list[acls.Grant]:
     """The grants the client's principal lacks, from the operations the brokers say it may do
     on each topic and group (one DescribeTopics and one DescribeGroups request). A resource it
-    may not even describe lacks all its grants; a topic that does not exist is left to the
-    topic check. Raises ClusterUnreachable if nothing answered. Brokers too old to report
-    operations (before Kafka 2.3) lack nothing."""
+    may not even describe lacks the grants that would show it; a topic that does not exist is
+    left to the topic check. Raises ClusterUnreachable if nothing answered. Brokers too old to
+    report operations (before Kafka 2.3) lack nothing."""
     from confluent_kafka import TopicCollection
 
     topics = list(dict.fromkeys(g.name for g in wanted if g.resource == "topic"))
     # A group id under each prefix: the brokers answer for it whether or not it exists.
-    groups = list(dict.fromkeys(g.name + "start-check" for g in wanted if g.resource == "group"))
-    have: dict[tuple[str, str], list[str] | str | None] = {}
-    futures = {}
+    probes = {g.name + "start-check": g.name for g in wanted if g.resource == "group"}
+    futures: dict[tuple[str, str], Any] = {}
     if topics:
-        futures |= {
-            ("topic", n): f
-            for n, f in admin.describe_topics(
-                TopicCollection(topics),
-                include_authorized_operations=True,
-                request_timeout=timeout_s,
-            ).items()
-        }
-    if groups:
-        futures |= {
-            ("group", g.removesuffix("start-check")): f
-            for g, f in admin.describe_consumer_groups(
-                groups, include_authorized_operations=True, request_timeout=timeout_s
-            ).items()
-        }
+        described = admin.describe_topics(
+            TopicCollection(topics), include_authorized_operations=True, request_timeout=timeout_s
+        )
+        futures |= {("topic", name): f for name, f in described.items()}
+    if probes:
+        described = admin.describe_consumer_groups(
+            list(probes), include_authorized_operations=True, request_timeout=timeout_s
+        )
+        futures |= {("group", probes[group]): f for group, f in described.items()}
+    allowed: dict[tuple[str, str], list[str]] = {}  # resources that report their operations
+    hidden: set[tuple[str, str]] = set()  # resources the principal may not even describe
     for key, fut in futures.items():
         try:
             ops = fut.result(timeout=timeout_s + 5).authorized_operations
         except Exception as exc:
             err, text = _error(exc)
             if err in ("TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"):
-                have[key] = _HIDDEN
+                hidden.add(key)
             elif _unreachable(err) or isinstance(exc, TimeoutError):
                 raise ClusterUnreachable(f"{err}: {text}") from None
             continue  # the topic check names a missing topic
-        have[key] = None if ops is None else [op.name for op in ops]
-    lacking = []
-    for g in wanted:
-        ops = have.get((g.resource, g.name))
-        if ops == _HIDDEN:  # only known: DESCRIBE, and whatever implies it, is not allowed
-            if g.operation in ("DESCRIBE", *acls.IMPLIED_BY["DESCRIBE"]):
-                lacking.append(g)
-        elif isinstance(ops, list) and not acls.allowed(g.operation, ops):
-            lacking.append(g)
-    return lacking
-
-
-_HIDDEN = "not even DESCRIBE"
+        if ops is not None:
+            allowed[key] = [op.name for op in ops]
+    showing = ("DESCRIBE", *acls.IMPLIED_BY["DESCRIBE"])
+    return [
+        g
+        for g in wanted
+        if ((g.resource, g.name) in hidden and g.operation in showing)
+        or (
+            (g.resource, g.name) in allowed
+            and not acls.allowed(g.operation, allowed[g.resource, g.name])
+        )
+    ]
 
 
 def acl_fields(principal: str, g: acls.Grant) -> tuple[Any, ...]:

@@ -196,7 +196,7 @@ def _ebpf_settled(run: Run) -> bool:
 
 
 def test_the_three_capabilities_keep_every_feature(tmp_path: Path, workload: Workload) -> None:
-    why_not = ebpf.unavailable()
+    why_not = ebpf.check().why_not
     run = run_agent(
         tmp_path, workload, FULL, "auto" if why_not is None else "off",
         lambda r: bool(r.holder_sockets(workload)) and (why_not is not None or _ebpf_settled(r)),
@@ -235,7 +235,7 @@ def test_without_sys_admin_namespaces_fall_back_and_ebpf_is_refused(
 
 
 def test_bpf_and_perfmon_load_ebpf_without_sys_admin(tmp_path: Path, workload: Workload) -> None:
-    why_not = ebpf.unavailable()
+    why_not = ebpf.check().why_not
     if why_not is not None:
         pytest.skip(f"eBPF not usable on this host: {why_not}")
     run = run_agent(

@@ -22,7 +22,7 @@ from streaming.agent import ebpf
 from streaming.stack.ports import free_port
 
 REPO = Path(__file__).parents[2]
-WHY_NOT = ebpf.unavailable()
+WHY_NOT = ebpf.check().why_not
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"eBPF not usable here: {WHY_NOT}")
 
 N_SHORT = 60  # connections of 50 ms each

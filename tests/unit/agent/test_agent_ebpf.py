@@ -129,11 +129,11 @@ def test_unexpected_lines_are_counted_not_raised() -> None:
 
 
 def test_no_bpftrace_no_privilege_no_btf_each_say_why(tmp_path) -> None:
-    why = ebpf.unavailable(bpftrace="/bin/true", caps=0, euid=0)
+    why = ebpf.check(bpftrace="/bin/true", caps=0, euid=0).why_not
     assert why is not None and "CAP_BPF" in why
-    why = ebpf.unavailable(
+    why = ebpf.check(
         bpftrace="/bin/true", caps=1 << ebpf.CAP_SYS_ADMIN, btf=str(tmp_path / "x"), euid=0
-    )
+    ).why_not
     assert why is not None and "BTF" in why
 
 
