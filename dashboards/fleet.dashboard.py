@@ -190,10 +190,9 @@ panels = [
 
 dashboard = gf.dashboard(
     cfg,
-    "fleet",
+    gf.FLEET_UID,
     "connmon / Fleet overview",
     "Kafka client connections across the fleet, from recording rules: findings, CLOSE_WAIT, "
     "churn and broker trouble per cluster, app, broker and client library.",
     panels,
-    fleet=True,
 )

@@ -15,7 +15,7 @@ import yaml
 
 from streaming.metricnames import ALL_METRICS, PROMETHEUS_BUILTINS, series_names
 from streaming.metricnames.connmon import SERIES_LABELS
-from streaming.mixin import kubernetes_policy
+from streaming.mixin import grafana, kubernetes_policy
 from streaming.mixin.alertmanager import RouteCase
 from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.mixin.promql import metric_names
@@ -77,7 +77,7 @@ PER_SERIES_METRICS: frozenset[str] = frozenset(
 
 
 def is_fleet_dashboard(dash: dict[str, Any]) -> bool:
-    return str(dash.get("uid", "")).endswith("fleet")
+    return str(dash.get("uid", "")).endswith(grafana.FLEET_UID)
 
 
 def per_series_reads(dash: dict[str, Any]) -> list[tuple[str, str]]:

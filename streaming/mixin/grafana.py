@@ -160,6 +160,20 @@ def _var(name: str, label: str, query: str) -> g.Template:
     )
 
 
+# The fleet overview's uid (after the configured prefix): it reads recording rules only.
+FLEET_UID = "fleet"
+
+
+def datasource_variable() -> g.Template:
+    return g.Template(
+        name="datasource",
+        label="Data source",
+        query="prometheus",
+        type="datasource",
+        default="default",
+    )
+
+
 def fleet_variables() -> list[g.Template]:
     """cluster, app, broker from the fleet roll-ups: no per-series query, even for a list."""
     return [
@@ -173,25 +187,16 @@ def fleet_variables() -> list[g.Template]:
     ]
 
 
-def variables(cfg: MixinConfig, side: str | None = None, fleet: bool = False) -> list[g.Template]:
+def variables(cfg: MixinConfig, side: str | None = None) -> list[g.Template]:
     """datasource, cluster, host, app, broker: chained, multi-select, refreshed on time range
-    change. Broker ids repeat across Kafka clusters, so the cluster comes first. ``fleet``:
-    cluster, app and broker from the roll-ups."""
+    change. Broker ids repeat across Kafka clusters, so the cluster comes first."""
     side_m = f'side="{side}"' if side else ""
     base = f"connmon_sockets{{{cfg.exporter_selector}{', ' + side_m if side_m else ''}"
-    ds = g.Template(
-        name="datasource",
-        label="Data source",
-        query="prometheus",
-        type="datasource",
-        default="default",
-    )
+    ds = datasource_variable()
 
     def query_var(name: str, label: str, label_name: str, extra: str) -> g.Template:
         return _var(name, label, f"label_values({base}{extra}}}, {label_name})")
 
-    if fleet:
-        return [ds, *fleet_variables()]
     return [
         ds,
         query_var("cluster", "Cluster", "cluster", ""),
@@ -205,8 +210,13 @@ def variables(cfg: MixinConfig, side: str | None = None, fleet: bool = False) ->
 
 def dashboard(
     cfg: MixinConfig, uid: str, title: str, description: str, panels: Iterable[g.Panel],
-    side: str | None = None, fleet: bool = False,
+    side: str | None = None,
 ) -> g.Dashboard:  # fmt: skip
+    """The fleet dashboard (``uid`` FLEET_UID) takes its variables from the roll-ups only."""
+    if uid == FLEET_UID:
+        templates = [datasource_variable(), *fleet_variables()]
+    else:
+        templates = variables(cfg, side)
     return g.Dashboard(
         title=title,
         uid=cfg.dashboard_uid_prefix + uid,
@@ -217,7 +227,7 @@ def dashboard(
         time=g.Time(cfg.dashboard_time_from, "now"),
         timezone="utc",
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-        templating=g.Templating(list=variables(cfg, side, fleet)),
+        templating=g.Templating(list=templates),
         panels=layout(panels),
     )
 
