@@ -16,6 +16,12 @@ PROMETHEUS_BUILTINS: frozenset[str] = frozenset(
 )
 
 
+# The Prometheus job label of each component that serves /metrics. The rules and dashboards
+# select on them, the local stack and the example prometheus.yml name their scrape jobs so, and
+# on Kubernetes the ServiceMonitors take them from each Service's app.kubernetes.io/name.
+AGENT_JOB = "connmon-agent"
+EXPORTER_JOB = "connmon-exporter"
+
 ALL_METRICS: tuple[Metric, ...] = CONNMON_METRICS + AGENT_METRICS
 BY_NAME: dict[str, Metric] = {m.name: m for m in ALL_METRICS}
 
@@ -34,9 +40,11 @@ def metric(name: str) -> Metric:
 
 
 __all__ = [
+    "AGENT_JOB",
     "AGENT_METRICS",
     "ALL_METRICS",
     "BY_NAME",
+    "EXPORTER_JOB",
     "FORBIDDEN_LABELS",
     "PROMETHEUS_BUILTINS",
     "Metric",

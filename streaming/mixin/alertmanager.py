@@ -1,6 +1,8 @@
 """The Alertmanager configuration for connmon's alerts: routes by severity, grouping so that one
 leaking application is one notification, and inhibition derived from what the alerts mean.
 
+- Each severity has its receiver: ``critical`` pages, ``warning`` tickets, ``info`` (e.g.
+  duplicate connections) goes to a low-urgency channel and repeats daily.
 - Findings are grouped by ``alert_group_by`` (alert, cluster, app): every series of one app in
   one cluster with the same fault is one notification, whatever the hosts and brokers.
 - Pipeline alerts are grouped by job and query (or exporter instance): each names its own
@@ -22,9 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.mixin.alerts import BROKER_ALERT, PIPELINE_GROUP, alert_rules, finding_alerts
-from streaming.mixin.config import MixinConfig
+from streaming.mixin.config import SEVERITIES, MixinConfig
 
-NULL = "connmon-null"  # alerts that only inhibit others
 _RECEIVER = "connmon-{}"  # per severity
 # Finding kinds a broker that is down or restarting causes on its clients.
 _BROKER_CAUSED = ("idle_churn", "connection_storm")
@@ -50,15 +51,17 @@ def _any_of(names: list[str]) -> str:
 def config(cfg: MixinConfig) -> dict[str, Any]:
     """``alertmanager.yml`` (Alertmanager's own format)."""
     pipeline = _names(cfg, PIPELINE_GROUP)
+    repeat = {
+        "critical": cfg.alert_critical_repeat_interval,
+        "info": cfg.alert_info_repeat_interval,
+    }
     severity_routes = [
         {
             "receiver": _RECEIVER.format(sev),
             "matchers": [f"severity={sev}"],
-            **(
-                {"repeat_interval": cfg.alert_critical_repeat_interval} if sev == "critical" else {}
-            ),
+            **({"repeat_interval": repeat[sev]} if sev in repeat else {}),
         }
-        for sev in ("critical", "warning")
+        for sev in SEVERITIES
     ]
     storms = _any_of([a.name for a in finding_alerts(cfg) if a.kind in _BROKER_CAUSED])
     return {
@@ -69,7 +72,6 @@ def config(cfg: MixinConfig) -> dict[str, Any]:
             "group_interval": cfg.alert_group_interval,
             "repeat_interval": cfg.alert_repeat_interval,
             "routes": [
-                {"receiver": NULL, "matchers": ["severity=info"]},
                 {
                     "matchers": [_any_of(pipeline)],
                     "group_by": ["alertname", "job_id", "query", "instance"],
@@ -79,7 +81,6 @@ def config(cfg: MixinConfig) -> dict[str, Any]:
             ],
         },
         "receivers": [
-            {"name": NULL},
             *(
                 {"name": _RECEIVER.format(sev), "webhook_configs": [{"url": url}]}
                 for sev, url in sorted(cfg.alert_webhooks.items())
@@ -119,7 +120,7 @@ def route_cases(cfg: MixinConfig) -> list[RouteCase]:
             {"alertname": "ConnMonDataStale", "severity": "warning", "job_id": "j"},
             "connmon-warning",
         ),
-        RouteCase({"alertname": "Unrelated", "severity": "info"}, NULL),
+        RouteCase({"alertname": first, "severity": "info", **finding}, "connmon-info"),
         RouteCase({"alertname": "Unrelated"}, "connmon-warning"),
     ]
 

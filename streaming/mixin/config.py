@@ -16,10 +16,12 @@ from streaming import __version__
 from streaming.detectors.config import DEFAULT as DETECTORS
 from streaming.detectors.config import DetectorConfig
 from streaming.errors import ConfigError
+from streaming.metricnames import AGENT_JOB, EXPORTER_JOB
 from streaming.mixin.kubernetes_policy import host_path_problem
 from streaming.options import parse_bool
 
 KAFKA_SECURITY = ("sasl_ssl", "ssl", "plaintext")
+SEVERITIES = ("critical", "warning", "info")  # each has its own receiver
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
 
@@ -30,8 +32,8 @@ class MixinConfig:
     detectors: DetectorConfig = DETECTORS
 
     # Selectors (PromQL label matchers without braces) for the scrape jobs.
-    exporter_selector: str = 'job="connmon-exporter"'
-    agent_selector: str = 'job="connmon-agent"'
+    exporter_selector: str = f'job="{EXPORTER_JOB}"'
+    agent_selector: str = f'job="{AGENT_JOB}"'
 
     # `for` durations: how long a condition holds before the alert fires.
     finding_for: str = "2m"  # findings are already debounced by the job's windows
@@ -83,10 +85,14 @@ class MixinConfig:
     alert_group_interval: str = "5m"
     alert_repeat_interval: str = "4h"
     alert_critical_repeat_interval: str = "1h"
+    # Info findings (e.g. duplicate connections) cost file descriptors, not service: they go to
+    # a low-urgency receiver (a channel or a ticket queue, never a pager), reminded daily.
+    alert_info_repeat_interval: str = "24h"
     alert_webhooks: dict[str, str] = field(
         default_factory=lambda: {
             "critical": "https://alerts.example.com/connmon/critical",
             "warning": "https://alerts.example.com/connmon/warning",
+            "info": "https://alerts.example.com/connmon/info",
         }
     )
 
@@ -214,7 +220,7 @@ class MixinConfig:
                     f"{name}: {value!r} is not an absolute http(s) URL; links in notifications "
                     "open outside any checkout"
                 )
-        missing = sorted({"critical", "warning"} - set(self.alert_webhooks))
+        missing = sorted(set(SEVERITIES) - set(self.alert_webhooks))
         if missing:
             raise ConfigError(f"alert_webhooks: no receiver for severity {', '.join(missing)}")
         self._validate_kubernetes()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from streaming.metricnames import AGENT_JOB, EXPORTER_JOB
 from streaming.mixin.config import MixinConfig
 
 # What the agent needs beyond an unprivileged process (deploy/kubernetes/README.md says why).
@@ -81,7 +82,8 @@ def service_monitors(cfg: MixinConfig) -> list[dict[str, Any]]:
     https, Prometheus checks the certificate against the Secret's CA under the Service's name
     (it scrapes pod addresses, which the certificate does not name)."""
     out = []
-    for component, port in (("exporter", "metrics"), ("agent", "metrics")):
+    for component, job in (("exporter", EXPORTER_JOB), ("agent", AGENT_JOB)):
+        port = "metrics"
         endpoint: dict[str, Any] = {"port": port, "interval": "30s", "path": "/metrics"}
         if cfg.metrics_tls:
             endpoint["scheme"] = "https"
@@ -94,13 +96,14 @@ def service_monitors(cfg: MixinConfig) -> list[dict[str, Any]]:
                 "apiVersion": "monitoring.coreos.com/v1",
                 "kind": "ServiceMonitor",
                 "metadata": {
-                    "name": f"connmon-{component}",
+                    "name": job,
                     "namespace": cfg.kubernetes_namespace,
                     "labels": dict(cfg.kubernetes_labels),
                 },
                 "spec": {
+                    # The job label is the Service's name label: the rules' selectors.
                     "jobLabel": "app.kubernetes.io/name",
-                    "selector": {"matchLabels": {"app.kubernetes.io/name": f"connmon-{component}"}},
+                    "selector": {"matchLabels": {"app.kubernetes.io/name": job}},
                     "endpoints": [endpoint],
                 },
             }

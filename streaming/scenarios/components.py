@@ -23,7 +23,7 @@ from streaming.scenarios.launcher import Proc, stop_all
 from streaming.stack.alertmanager import AlertmanagerServer, local_config
 from streaming.stack.kafka import KafkaCluster, create_topics
 from streaming.stack.ports import free_port
-from streaming.stack.prometheus import PrometheusServer
+from streaming.stack.prometheus import PrometheusServer, connmon_jobs
 from streaming.stack.webhook import WebhookReceiver
 from streaming.topics.spec import PARTIALS_MAX_BYTES
 
@@ -135,15 +135,13 @@ def exporter_argv(home: str, listen: str, shard: int = 0, shards: int = 1) -> li
 
 def rule_files(detector: DetectorConfig, out_dir: Path) -> list[Path]:
     """Alert and recording rules for this session: the mixin's generator with the session's
-    thresholds, short ``for`` and the single scrape job PrometheusServer configures."""
+    thresholds and short ``for`` (the scrape jobs are named as shipped)."""
     from streaming.mixin.alerts import alert_rules
     from streaming.mixin.build import dump_yaml
     from streaming.mixin.config import MixinConfig
     from streaming.mixin.rules import recording_rules
 
     cfg = MixinConfig(detectors=detector).replace(
-        exporter_selector='job="connmon"',
-        agent_selector='job="connmon"',
         finding_for=ALERT_FOR,
         rate_window="1m",
         rollup_interval=None,  # the test Prometheus evaluates every rule group often
@@ -226,10 +224,12 @@ class Components:
             _wait_http(f"http://{listen}/metrics", exporter, 60)
         self.webhook = WebhookReceiver(log=self.dir / "notifications.jsonl").start()
         self.alertmanager = AlertmanagerServer(
-            local_config(self.webhook.url()), base_dir=str(self.dir / "alertmanager"), keep_dir=True
+            local_config(self.webhook.url(), group_wait="10s", group_interval="30s"),
+            base_dir=str(self.dir / "alertmanager"),
+            keep_dir=True,
         ).start()
         self.prometheus = PrometheusServer(
-            scrape_targets=[self.agent_metrics, *self.exporter_metrics],
+            scrape_jobs=connmon_jobs([self.agent_metrics], self.exporter_metrics),
             rule_files=rule_files(self.detector, self.dir / "rules"),
             scrape_interval_s=SCRAPE_S,
             evaluation_interval_s=SCRAPE_S,

@@ -1,5 +1,6 @@
-"""A local Alertmanager on 127.0.0.1 with connmon's generated configuration
-(``streaming.mixin.alertmanager``), its receivers pointed at a local webhook receiver.
+"""A local Alertmanager on 127.0.0.1 running connmon's shipped configuration
+(``deploy/alertmanager/alertmanager.yml`` as committed), its receivers pointed at a local
+webhook receiver.
 
 The binary comes from Debian's ``prometheus-alertmanager`` package (``streaming.prometheus_bin``).
 """
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streaming.mixin import alertmanager
-from streaming.mixin.config import DEFAULT, MixinConfig
+import yaml
+
+from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.prometheus_bin import PrometheusError, alertmanager_bin
 from streaming.stack.daemon import DaemonError, Server, start_ready
 from streaming.stack.ports import free_port
@@ -22,18 +24,23 @@ from streaming.stack.ports import free_port
 
 def local_config(
     webhook_url: str,
-    cfg: MixinConfig = DEFAULT,
-    group_wait: str = "10s",
-    group_interval: str = "30s",
+    group_wait: str | None = None,
+    group_interval: str | None = None,
+    source: Path = ROOT / ALERTMANAGER_FILE,
 ) -> dict[str, Any]:
-    """connmon's Alertmanager configuration with every receiver posting to ``webhook_url``
-    plus ``/<severity>``, and a local stack's shorter waits (a demo lasts minutes)."""
-    local = cfg.replace(
-        alert_webhooks={sev: f"{webhook_url.rstrip('/')}/{sev}" for sev in cfg.alert_webhooks},
-        alert_group_wait=group_wait,
-        alert_group_interval=group_interval,
-    )
-    return alertmanager.config(local)
+    """The shipped Alertmanager configuration with each receiver's webhooks posting to
+    ``webhook_url`` plus the last segment of its shipped URL (``/critical``, ``/warning``,
+    ``/info``). Routes, grouping, repeats and inhibitions stay as shipped; ``group_wait`` and
+    ``group_interval`` replace the root route's only when given (a demo lasts minutes)."""
+    config = yaml.safe_load(source.read_text())
+    base = webhook_url.rstrip("/")
+    for receiver in config.get("receivers", []):
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = f"{base}/{hook['url'].rstrip('/').rsplit('/', 1)[-1]}"
+    for key, value in (("group_wait", group_wait), ("group_interval", group_interval)):
+        if value is not None:
+            config["route"][key] = value
+    return config
 
 
 @dataclass

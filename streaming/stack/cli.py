@@ -22,12 +22,13 @@ from streaming.stack.alertmanager import AlertmanagerServer, local_config
 from streaming.stack.daemon import DaemonError, start_ready
 from streaming.stack.kafka import KafkaCluster, KafkaStackError, _alive, _terminate_all
 from streaming.stack.ports import free_port
-from streaming.stack.prometheus import PrometheusError, PrometheusServer
-from streaming.stack.secure import secure_for_connmon
+from streaming.stack.prometheus import PrometheusError, PrometheusServer, connmon_jobs
+from streaming.stack.secure import create_topics_for_connmon, secure_for_connmon
 from streaming.stack.webhook import read_log
 
 # Default scrape targets: the agent's and the exporter's default /metrics addresses.
-DEFAULT_SCRAPE = ("127.0.0.1:9852", "127.0.0.1:9853")
+DEFAULT_AGENT = "127.0.0.1:9852"
+DEFAULT_EXPORTER = "127.0.0.1:9853"
 NOTIFICATIONS = "notifications.jsonl"  # what the webhook receiver was sent
 
 
@@ -56,16 +57,17 @@ def stack_up(
     kafka_port: int | None = None,
     prometheus_port: int | None = None,
     alertmanager_port: int | None = None,
-    scrape: list[str] | None = None,
+    scrape_agents: list[str] | None = None,
+    scrape_exporters: list[str] | None = None,
     with_prometheus: bool = True,
     with_alertmanager: bool = True,
     security: str = "plaintext",
 ) -> dict[str, Any]:
     """Start the stack and write the state file; fails if one is already up. With Prometheus
     comes an Alertmanager with connmon's configuration, whose receivers post to a local
-    webhook receiver that keeps every notification (``notifications.jsonl``). A secured
-    cluster (``sasl_ssl``) gets connmon's topics, each component's ACLs and a client settings
-    file per component (``clients/<component>.yaml``)."""
+    webhook receiver that keeps every notification (``notifications.jsonl``). connmon's
+    topics are created; a secured cluster (``sasl_ssl``) also gets each component's ACLs and a
+    client settings file per component (``clients/<component>.yaml``)."""
     existing = load_state()
     if existing and stack_running(existing):
         raise ConfigError(
@@ -87,13 +89,15 @@ def stack_up(
     # Written after each server starts, so 'down' finds what runs whatever happens next.
     _state_file().touch(mode=0o600)  # it holds the secured cluster's passwords
     _state_file().write_text(json.dumps(state, indent=2))
-    if cluster.secured:
-        try:
+    try:
+        if cluster.secured:
             state["clients"] = str(secure_for_connmon(cluster, base / "clients"))
-        except BaseException:
-            stack_down()
-            raise
-        _state_file().write_text(json.dumps(state, indent=2))
+        else:
+            create_topics_for_connmon(cluster)
+    except BaseException:
+        stack_down()
+        raise
+    _state_file().write_text(json.dumps(state, indent=2))
     if not with_prometheus:
         return state
     try:
@@ -119,7 +123,9 @@ def stack_up(
             _state_file().write_text(json.dumps(state, indent=2))
             alertmanagers.append(am.address)
         prom = PrometheusServer(
-            scrape_targets=list(scrape or DEFAULT_SCRAPE),
+            scrape_jobs=connmon_jobs(
+                scrape_agents or [DEFAULT_AGENT], scrape_exporters or [DEFAULT_EXPORTER]
+            ),
             rule_files=default_rule_files(),
             scrape_interval_s=5,
             evaluation_interval_s=5,
@@ -184,7 +190,8 @@ def _cmd(args: argparse.Namespace) -> int:
             overrides=parse_pairs("--broker-config", args.broker_config),
             kafka_port=args.kafka_port,
             prometheus_port=args.prometheus_port,
-            scrape=args.scrape or None,
+            scrape_agents=args.scrape_agent,
+            scrape_exporters=args.scrape_exporter,
             with_prometheus=not args.no_prometheus,
             with_alertmanager=not args.no_alertmanager,
             alertmanager_port=args.alertmanager_port,
@@ -242,10 +249,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kafka-port", type=int, help="first broker port (default: any free port)")
     p.add_argument("--prometheus-port", type=int, help="Prometheus port (default: any free port)")
     p.add_argument(
-        "--scrape",
+        "--scrape-agent",
         action="append",
         metavar="HOST:PORT",
-        help=f"Prometheus scrape target, repeatable (default {', '.join(DEFAULT_SCRAPE)})",
+        help=f"an agent's /metrics for Prometheus, repeatable (default {DEFAULT_AGENT})",
+    )
+    p.add_argument(
+        "--scrape-exporter",
+        action="append",
+        metavar="HOST:PORT",
+        help=f"an exporter's /metrics for Prometheus, repeatable (default {DEFAULT_EXPORTER})",
     )
     p.add_argument(
         "--alertmanager-port", type=int, help="Alertmanager port (default: any free port)"

@@ -11,26 +11,27 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streaming.metricnames import AGENT_JOB, EXPORTER_JOB
 from streaming.prometheus_bin import PrometheusError, prometheus_bin
 from streaming.stack.daemon import DaemonError, Server, start_ready
 from streaming.stack.ports import free_port, port_in_use
 
 
 def render_config(
-    scrape_targets: Sequence[str],
+    scrape_jobs: Mapping[str, Sequence[str]],
     rule_files: Sequence[str | Path],
     scrape_interval_s: float,
     evaluation_interval_s: float,
-    job: str = "connmon",
     alertmanagers: Sequence[str] = (),
 ) -> str:
-    """prometheus.yml as JSON (a YAML subset), one static job with the given targets, alerts
-    sent to ``alertmanagers`` (``host:port``) if any."""
+    """prometheus.yml as JSON (a YAML subset): one static scrape job per name in
+    ``scrape_jobs`` with its targets, alerts sent to ``alertmanagers`` (``host:port``) if
+    any."""
     config: dict[str, Any] = {
         "global": {
             "scrape_interval": f"{scrape_interval_s:g}s",
@@ -39,7 +40,8 @@ def render_config(
         },
         "rule_files": [str(Path(r).resolve()) for r in rule_files],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": list(scrape_targets)}]},
+            {"job_name": job, "static_configs": [{"targets": list(targets)}]}
+            for job, targets in scrape_jobs.items()
         ],
     }
     if alertmanagers:
@@ -49,11 +51,17 @@ def render_config(
     return json.dumps(config, indent=2) + "\n"
 
 
+def connmon_jobs(agents: Sequence[str] = (), exporters: Sequence[str] = ()) -> dict[str, list]:
+    """Scrape jobs named as connmon's rules and dashboards select them."""
+    return {AGENT_JOB: list(agents), EXPORTER_JOB: list(exporters)}
+
+
 @dataclass
 class PrometheusServer(Server):
     """One Prometheus process; ``start()`` returns when it is ready."""
 
-    scrape_targets: list[str] = field(default_factory=list)
+    # Job name -> targets; connmon_jobs() names them as the rules select them.
+    scrape_jobs: Mapping[str, Sequence[str]] = field(default_factory=dict)
     rule_files: Sequence[str | Path] = ()
     scrape_interval_s: float = 1.0
     evaluation_interval_s: float = 1.0
@@ -83,7 +91,7 @@ class PrometheusServer(Server):
         cfg = d / "prometheus.yml"
         cfg.write_text(
             render_config(
-                self.scrape_targets,
+                self.scrape_jobs,
                 self.rule_files,
                 self.scrape_interval_s,
                 self.evaluation_interval_s,

@@ -1,10 +1,11 @@
 """From exported series to a person's notification: a real Prometheus evaluates connmon's alert
-rules and sends to a real Alertmanager running connmon's generated configuration, whose
+rules and sends to a real Alertmanager running connmon's shipped configuration, whose
 receivers post to a webhook receiver in the test. The series come from a /metrics endpoint the
 test writes (the exporter's own output is tested elsewhere): what is under test here is the
 rules, the routes, the grouping and the inhibitions, with the real servers.
 
-Timings are shortened by configuration only (``for``, group waits, scrape interval)."""
+Timings are shortened by configuration only (``for``, group waits, scrape interval); the
+committed rules and configuration with their own timings run in test_stack_alerting.py."""
 
 from __future__ import annotations
 
@@ -23,12 +24,10 @@ from streaming.mixin.config import DEFAULT
 from streaming.mixin.rules import recording_rules
 from streaming.stack.alertmanager import AlertmanagerServer, local_config
 from streaming.stack.ports import free_port
-from streaming.stack.prometheus import PrometheusServer
+from streaming.stack.prometheus import PrometheusServer, connmon_jobs
 from streaming.stack.webhook import WebhookReceiver
 
 CFG = DEFAULT.replace(
-    exporter_selector='job="connmon"',
-    agent_selector='job="connmon"',
     finding_for="6s",
     broker_unavailable_for="1s",
     rate_window="1m",
@@ -76,11 +75,11 @@ def stack(tmp_path_factory) -> Iterator[tuple[Series, WebhookReceiver, Alertmana
     (d / "alerts.yaml").write_text(dump_yaml(alert_rules(CFG)))
     (d / "rules.yaml").write_text(dump_yaml(recording_rules(CFG)))
     with WebhookReceiver() as hook:
-        am = AlertmanagerServer(local_config(hook.url(), CFG, "1s", "2s"), base_dir=str(d / "am"))
+        am = AlertmanagerServer(local_config(hook.url(), "1s", "2s"), base_dir=str(d / "am"))
         with (
             am,
             PrometheusServer(
-                scrape_targets=[f"127.0.0.1:{series.port}"],
+                scrape_jobs=connmon_jobs(exporters=[f"127.0.0.1:{series.port}"]),
                 rule_files=[d / "alerts.yaml", d / "rules.yaml"],
                 alertmanagers=[am.address],
                 base_dir=str(d / "prom"),
@@ -92,7 +91,7 @@ def stack(tmp_path_factory) -> Iterator[tuple[Series, WebhookReceiver, Alertmana
 
 def _finding(series: Series, kind: str, severity: str, host: str, app: str, broker: str) -> str:
     return series.set(
-        "connmon_finding_active", 1, job="connmon", kind=kind, severity=severity, side="client",
+        "connmon_finding_active", 1, kind=kind, severity=severity, side="client",
         host=host, app=app, cluster="prod", broker_id=broker,
     )  # fmt: skip
 
@@ -113,7 +112,6 @@ def test_a_leaking_app_is_one_notification_with_links_that_open_then_a_resolved_
         series.set(
             "connmon_finding_recommendation_info",
             1,
-            job="connmon",
             kind="close_wait_buildup",
             severity="warning",
             side="client",
@@ -173,7 +171,7 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
     drops = []
     for host in ("web-4", "web-5"):  # two client hosts see broker 3 drop their connections
         drops.append(series.set(
-            "connmon_broker_dropped_connections_per_second", 0.5, job="connmon", side="client",
+            "connmon_broker_dropped_connections_per_second", 0.5, side="client",
             host=host, app="ingest", cluster="prod", broker_id="3",
         ))  # fmt: skip
     group = {"alertname": "ConnMonBrokerUnavailable", "cluster": "prod"}
@@ -210,50 +208,3 @@ def test_a_broker_down_holds_back_the_storms_it_causes_not_others(stack):
         lambda: [n for n in _groups(hook, **group) if n["status"] == "resolved"],
     )
     assert resolved[-1]["alerts"][0]["labels"]["broker_id"] == "3"
-
-
-def test_stack_up_runs_alertmanager_and_keeps_what_it_delivers(tmp_path, monkeypatch):
-    """``connmon stack up``: Prometheus sends to the stack's Alertmanager, whose notification
-    reaches the stack's webhook receiver; ``stack down`` stops all of it."""
-    import json
-    import subprocess
-    import sys
-    import urllib.request
-
-    monkeypatch.setenv("CONNMON_STATE_DIR", str(tmp_path / "stack"))
-
-    def connmon(*args: str) -> str:
-        cmd = [sys.executable, "-m", "streaming", "stack", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-
-    connmon("up", "--brokers", "1")
-    try:
-        status = json.loads(connmon("status", "--json"))
-        assert status["alertmanager"]["up"] and status["webhook"]["up"], status
-
-        def sent_to() -> list[str]:
-            url = f"{status['prometheus']['url']}/api/v1/alertmanagers"
-            found = json.loads(urllib.request.urlopen(url).read())["data"]["activeAlertmanagers"]
-            return [a["url"] for a in found]
-
-        expected = [f"{status['alertmanager']['url']}/api/v2/alerts"]
-        wait_for("Prometheus to find the stack's Alertmanager", lambda: sent_to() == expected, 30)
-        alert = [
-            {"labels": {"alertname": "ConnMonJobStalled", "severity": "critical", "job_id": "j"}}
-        ]
-        req = urllib.request.Request(
-            f"{status['alertmanager']['url']}/api/v2/alerts",
-            data=json.dumps(alert).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        urllib.request.urlopen(req).read()
-        wait_for(
-            "the notification in the stack's receiver",
-            lambda: json.loads(connmon("status", "--json")).get("notifications", 0) >= 1,
-        )
-    finally:
-        connmon("down")
-    pids = [status[name]["pid"] for name in ("prometheus", "alertmanager", "webhook")]
-    from streaming.stack.kafka import _alive
-
-    assert not any(_alive(p) for p in pids)

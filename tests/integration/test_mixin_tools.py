@@ -70,7 +70,7 @@ def test_every_route_case_reaches_its_receiver_and_a_wrong_one_fails() -> None:
 def test_every_expression_parses_in_a_real_prometheus(prometheus_factory) -> None:
     from streaming.prometheus_bin import PrometheusError
 
-    prom = prometheus_factory([], list(check.RULE_FILES))
+    prom = prometheus_factory({}, list(check.RULE_FILES))
     rules, dashes = check.load_outputs()
     exprs = [e for doc in rules for e in check.rule_exprs(doc)]
     exprs += [(w, grafana_to_promql(e)) for d in dashes for w, e in check.dashboard_exprs(d)]

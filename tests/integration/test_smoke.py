@@ -92,10 +92,10 @@ def test_prometheus_scrapes_client_endpoint(prometheus_factory):
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     try:
-        prom = prometheus_factory([f"127.0.0.1:{port}"])
+        prom = prometheus_factory({"smoke": [f"127.0.0.1:{port}"]})
         result = prom.wait_for('connmon_smoke_value{kind="smoke"}', timeout_s=60)
         assert float(result[0]["value"][1]) == pytest.approx(42.5)
-        assert result[0]["metric"]["job"] == "connmon"
+        assert result[0]["metric"]["job"] == "smoke"
     finally:
         server.shutdown()
         thread.join(5)

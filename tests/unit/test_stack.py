@@ -14,17 +14,20 @@ from streaming.options import parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.kafka import KafkaCluster, KafkaStackError
 from streaming.stack.ports import ephemeral_range, free_port, listen_range, port_in_use
-from streaming.stack.prometheus import render_config
+from streaming.stack.prometheus import connmon_jobs, render_config
 
 
 def test_render_prometheus_config_lists_targets_and_rules(tmp_path):
     rules = tmp_path / "alerts.yaml"
     rules.write_text("groups: []\n")
-    cfg = json.loads(render_config(["127.0.0.1:9999"], [rules], 1, 2))
+    jobs = connmon_jobs(agents=["127.0.0.1:9998"], exporters=["127.0.0.1:9999"])
+    cfg = json.loads(render_config(jobs, [rules], 1, 2))
     assert cfg["global"]["scrape_interval"] == "1s"
     assert cfg["global"]["evaluation_interval"] == "2s"
     assert cfg["rule_files"] == [str(rules.resolve())]
-    assert cfg["scrape_configs"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9999"]
+    targets = {j["job_name"]: j["static_configs"][0]["targets"] for j in cfg["scrape_configs"]}
+    # Named as the rules select them: job="connmon-agent", job="connmon-exporter".
+    assert targets == {"connmon-agent": ["127.0.0.1:9998"], "connmon-exporter": ["127.0.0.1:9999"]}
 
 
 def test_broker_override_parsing():

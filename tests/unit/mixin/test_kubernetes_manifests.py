@@ -22,6 +22,7 @@ from streaming.errors import ConfigError
 from streaming.exporter import cli as exporter_cli
 from streaming.exporter import config as exporter_config
 from streaming.job.cli import settings_from_args
+from streaming.metricnames import AGENT_JOB, EXPORTER_JOB
 from streaming.mixin import build, kubernetes
 from streaming.mixin.config import DEFAULT, MixinConfig, with_settings
 from streaming.options import env_settings
@@ -461,6 +462,18 @@ def test_service_monitors_find_a_metrics_port_on_their_services() -> None:
         assert {e["port"] for e in sm["spec"]["endpoints"]} <= port_names == {"metrics"}
         workload = AGENT if name == "connmon-agent" else EXPORTER
         assert [p["name"] for p in _container(workload)["ports"]] == ["metrics"]
+
+
+def test_service_monitors_give_the_job_label_the_rules_select() -> None:
+    """The operator takes the job label from the Service's ``jobLabel`` label; the alert and
+    recording rules and the dashboards select on exactly those values."""
+    jobs = set()
+    for sm in (o for o in OBJECTS if o["kind"] == "ServiceMonitor"):
+        svc = _by("Service", sm["metadata"]["name"])
+        jobs.add(svc["metadata"]["labels"][sm["spec"]["jobLabel"]])
+    assert jobs == {AGENT_JOB, EXPORTER_JOB}
+    assert DEFAULT.exporter_selector == f'job="{EXPORTER_JOB}"'
+    assert DEFAULT.agent_selector == f'job="{AGENT_JOB}"'
 
 
 # ---- the agent ------------------------------------------------------------------------------
