@@ -30,6 +30,9 @@ class Meta:
     run_id: str  # tags the partials topic's records: an earlier checkpoint's are ignored
     window_s: float
     state_buckets: int
+    # Spark keeps the state store's partition count in the checkpoint and ignores a new value;
+    # None in checkpoints saved before it was recorded.
+    shuffle_partitions: int | None = None
 
 
 def join(base: str, *parts: str) -> str:
@@ -90,10 +93,15 @@ def read_meta(spark: SparkSession, checkpoint: str) -> Meta | None:
 
 
 def open_checkpoint(
-    spark: SparkSession, checkpoint: str, window_s: float, state_buckets: int
+    spark: SparkSession,
+    checkpoint: str,
+    window_s: float,
+    state_buckets: int,
+    shuffle_partitions: int | None = None,
 ) -> Meta:
     """The checkpoint's settings, created on first use; a checkpoint saved with other windows,
-    another bucket count or by an earlier connmon fails here, naming the setting."""
+    another bucket count, other shuffle partitions or by an earlier connmon fails here, naming
+    the setting."""
     meta = read_meta(spark, checkpoint)
     if meta is None:
         if exists(spark, join(checkpoint, INGEST_QUERY)):
@@ -101,7 +109,7 @@ def open_checkpoint(
                 f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
                 "use a new one"
             )
-        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
+        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets, shuffle_partitions)
         write_text(spark, join(checkpoint, META), json.dumps(asdict(meta)))
         return meta
     if not math.isclose(meta.window_s, window_s):
@@ -113,6 +121,13 @@ def open_checkpoint(
         raise ConfigError(
             f"state-buckets: the checkpoint has {meta.state_buckets}, the config "
             f"{state_buckets}; to change it, start on a new checkpoint with --migrate-from"
+        )
+    saved = meta.shuffle_partitions
+    if None not in (saved, shuffle_partitions) and saved != shuffle_partitions:
+        raise ConfigError(
+            f"shuffle-partitions: the checkpoint has {saved}, the config {shuffle_partitions} "
+            "(Spark keeps a checkpoint's value); to change it, start on a new checkpoint with "
+            "--migrate-from"
         )
     return meta
 

@@ -8,12 +8,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from streaming.errors import ConfigError
 from streaming.job.settings import (
     JobSettings,
     detector_config,
+    event_bound,
     from_sources,
     load_file,
 )
@@ -75,8 +77,21 @@ def register(subparsers: Any) -> None:
         help="events records to set aside unread, as dead letters with reason 'skipped' "
         "(a record the job cannot get past: the failing batch's log line names its offsets)",
     )
-    job.add_argument("--max-event-age", dest="max_event_age_s", help="e.g. 1d/24h; 'off'")
-    job.add_argument("--max-event-future", dest="max_event_future_s", help="e.g. 5m; 'off'")
+    job.add_argument(
+        "--max-event-age",
+        dest="max_event_age_s",
+        type=_event_bound("--max-event-age"),
+        metavar="DURATION",
+        help="events older than this are dead letters, e.g. 1d, 24h, 90m, 30s, plain seconds; "
+        "'off' (default 24h)",
+    )
+    job.add_argument(
+        "--max-event-future",
+        dest="max_event_future_s",
+        type=_event_bound("--max-event-future"),
+        metavar="DURATION",
+        help="events further ahead than this are dead letters, e.g. 5m; 'off' (default 5m)",
+    )
     job.add_argument("--shuffle-partitions", type=int)
     job.add_argument(
         "--state-buckets",
@@ -122,6 +137,19 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--master", default="local[2]")
     _common(rp)
     rp.set_defaults(func=run_replay)
+
+
+def _event_bound(flag: str) -> Callable[[str], float | str]:
+    """The argparse type of an event-time bound ``flag``: seconds, or ``off``."""
+
+    def convert(text: str) -> float | str:
+        try:
+            seconds = event_bound(flag, text)
+        except ConfigError as exc:  # argparse puts the flag in front of the reason
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}: ")) from None
+        return "off" if seconds is None else seconds
+
+    return convert
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -279,7 +279,9 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         spark.sparkContext.addPyFile(package_zip(d))
     if s.migrate_from is not None and read_meta(spark, checkpoint) is None:
         migrate_state(spark, s, s.migrate_from, checkpoint)
-    meta = open_checkpoint(spark, checkpoint, s.detectors.window_s, s.state_buckets)
+    meta = open_checkpoint(
+        spark, checkpoint, s.detectors.window_s, s.state_buckets, s.shuffle_partitions
+    )
     resumed = last_commit(spark, checkpoint, STATE_QUERY)
     initial = None
     if resumed is not None:

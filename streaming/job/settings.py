@@ -28,8 +28,14 @@ from streaming.errors import ConfigError
 from streaming.options import parse_bool
 from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+# Event-time bounds: each setting's command-line flag; ``off`` (also none, null, false) disables.
+EVENT_BOUND_FLAGS = {
+    "max_event_age_s": "--max-event-age",
+    "max_event_future_s": "--max-event-future",
+}
+_OFF = ("off", "none", "null", "false")
 # Batch caps, in records per micro-batch: the events source's and the partials source's.
 _BATCH_CAPS = ("max_offsets_per_trigger", "partials_max_offsets_per_trigger")
 
@@ -126,10 +132,10 @@ class JobSettings:
         if not 1 <= self.state_buckets <= 1_000_000:
             raise ConfigError("state-buckets: must be between 1 and 1000000")
         self.skip  # noqa: B018 - parses, or raises naming the setting
-        for name in ("max_event_age_s", "max_event_future_s"):
+        for name in EVENT_BOUND_FLAGS:
             v = getattr(self, name)
             if v is not None and v <= 0:
-                raise ConfigError(f"{name.replace('_', '-')}: must be positive (or null)")
+                raise ConfigError(f"{name}: must be a positive number of seconds, or None (off)")
         for key in self.kafka:
             if key.startswith("kafka."):
                 raise ConfigError(f"kafka.{key}: give Kafka options without the 'kafka.' prefix")
@@ -173,13 +179,27 @@ def parse_offset_ranges(name: str, text: str | None) -> tuple[tuple[int, int, in
 
 
 def parse_duration(name: str, text: str | float) -> float:
-    """``5s``, ``500ms``, ``2m``, ``1h`` or plain seconds -> seconds."""
-    if isinstance(text, int | float):
+    """``5s``, ``500ms``, ``2m``, ``1h``, ``1d`` or plain seconds -> seconds."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text)
     m = _DURATION.match(str(text))
     if not m:
-        raise ConfigError(f"{name}: {text!r} is not a duration like 5s, 500ms or 2m")
+        raise ConfigError(f"{name}: {text!r} is not a duration like 5s, 500ms, 2m, 1h or 1d")
     return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def event_bound(name: str, value: str | float | bool) -> float | None:
+    """An event-time bound: a positive duration (``1d``, ``24h``, ``90m``, ``30s``, plain
+    seconds) -> seconds; ``off`` (also none, null, false: YAML reads a bare ``off`` as false)
+    -> None. A ConfigError names ``name``."""
+    if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    if value is True:
+        raise ConfigError(f"{name}: true is not a duration; give one such as 24h, or off")
+    seconds = parse_duration(name, value)
+    if seconds <= 0:
+        raise ConfigError(f"{name}: must be a positive duration such as 24h, or off")
+    return seconds
 
 
 def detector_config(base: DetectorConfig, changes: dict[str, Any], origin: str) -> DetectorConfig:
@@ -250,8 +270,13 @@ def from_sources(
             attr = key.replace("-", "_")
             if attr not in names:
                 raise ConfigError(f"{origin}.{key}: unknown job setting")
-            if value is not None:
-                setattr(s, attr, value)
+            if value is None:
+                continue
+            if attr in EVENT_BOUND_FLAGS:
+                # Named as the person gave it: the flag, or the config file's key.
+                where = EVENT_BOUND_FLAGS[attr] if origin == "cli" else f"{origin}.{key}"
+                value = event_bound(where, value)
+            setattr(s, attr, value)
     s.kafka = {str(k): str(v) for k, v in (file.get("kafka") or {}).items()}
     s.producer = {str(k): str(v) for k, v in (file.get("producer") or {}).items()}
     s.spark_conf = {str(k): str(v) for k, v in (file.get("spark") or {}).items()}
@@ -279,16 +304,6 @@ def _coerce(s: JobSettings) -> None:
         s.check_topics = s.check_topics.lower() == "true"
     if not isinstance(s.check_topics, bool):
         raise ConfigError(f"check-topics: true or false, not {s.check_topics!r}")
-    for name in ("max_event_age_s", "max_event_future_s"):
-        v = getattr(s, name)
-        if isinstance(v, str):
-            setattr(
-                s,
-                name,
-                None
-                if v.lower() in ("none", "null", "off")
-                else parse_duration(name.replace("_", "-"), v),
-            )
     for name in ("shuffle_partitions", "state_buckets"):
         try:
             setattr(s, name, int(getattr(s, name)))
