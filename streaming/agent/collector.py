@@ -169,7 +169,8 @@ class Collector:
                     log.warning(
                         "cannot enter network namespace %d of pid %d (%s); reading "
                         "/proc/%d/net/tcp for it (no idle times). The agent needs "
-                        "CAP_SYS_ADMIN and CAP_SYS_PTRACE to use sock_diag there.",
+                        "CAP_SYS_ADMIN and CAP_SYS_PTRACE to use sock_diag there, and no "
+                        "seccomp filter against setns(2) (systemd: RestrictNamespaces=net).",
                         ns, pid, exc, pid,
                     )  # fmt: skip
         try:

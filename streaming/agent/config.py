@@ -36,6 +36,14 @@ File layout (YAML; TOML has the same keys)::
     apps:                           # on: cmdline (default) | exe | comm | pod | label:<key>
       - {match: "orders-(\\w+)", name: "orders-\\1", on: cmdline}
       - {match: "(.+)", name: "\\1", on: "label:app.kubernetes.io/name"}
+
+Environment: ``CONNMON_AGENT_<NAME>`` for a scalar, ``CONNMON_AGENT_KAFKA_<KEY>`` for a producer
+setting and ``CONNMON_AGENT_CLUSTER_<CLUSTER>_KAFKA_<KEY>`` for one of cluster ``<CLUSTER>``'s
+metadata client (its name upper-cased, other characters than letters and digits as ``_``);
+``<KEY>`` is the librdkafka setting upper-cased with ``_`` for ``.``:
+``CONNMON_AGENT_CLUSTER_PAYMENTS_KAFKA_SASL_PASSWORD`` is ``sasl.password`` of cluster
+``payments``. So credentials stay out of the file: a cluster's variables add to (and override)
+its ``kafka:``.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streaming.agent.apps import FIELDS as APP_FIELDS
@@ -60,6 +68,8 @@ from streaming.topics.spec import DEFAULT_NAMES as TOPIC_NAMES
 from streaming.webserver import EndpointSecurity, check_security
 
 ENV_PREFIX = "CONNMON_AGENT_"
+# CONNMON_AGENT_CLUSTER_<CLUSTER>_KAFKA_<KEY>: a setting of one cluster's metadata client.
+_CLUSTER_ENV = ENV_PREFIX + "CLUSTER_"
 
 
 @dataclass(frozen=True)
@@ -115,9 +125,10 @@ class AgentConfig:
         return self.kafka.get("bootstrap.servers")
 
     def metadata_client(self, c: ClusterConfig) -> dict[str, str]:
-        """The librdkafka settings of cluster ``c``'s metadata client: its own ``kafka:``; or,
-        for the cluster the agent produces to (the same bootstrap servers) when it has none,
-        the producer's security settings, so credentials are given once."""
+        """The librdkafka settings of cluster ``c``'s metadata client: its own (``kafka:`` and
+        its CONNMON_AGENT_CLUSTER_<CLUSTER>_KAFKA_* variables); or, for the cluster the agent
+        produces to (the same bootstrap servers) when it has none, the producer's security
+        settings, so credentials are given once."""
         if c.kafka or not self.bootstrap_servers:
             return dict(c.kafka)
         if set(_servers(self.bootstrap_servers, "kafka.bootstrap.servers")) != set(
@@ -167,7 +178,7 @@ _KNOWN_CLUSTER = {
 
 def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """Settings from CONNMON_AGENT_* (scalars, BOOTSTRAP_SERVERS, CLUSTER_BOOTSTRAP, KAFKA_*,
-    KUBERNETES_API, KUBERNETES_NODE_NAME)."""
+    CLUSTER_<CLUSTER>_KAFKA_*, KUBERNETES_API, KUBERNETES_NODE_NAME)."""
     out: dict[str, Any] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):
@@ -184,9 +195,42 @@ def from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         elif name.startswith("kafka_"):
             # CONNMON_AGENT_KAFKA_SASL_PASSWORD -> sasl.password
             out.setdefault("kafka", {})[env_key(name[6:])] = value
+        elif name.startswith("cluster_") and "_KAFKA_" in key[len(_CLUSTER_ENV) - 1 :]:
+            # Matched to a cluster by build(), once the clusters are known.
+            out.setdefault("cluster_env", {})[key] = value
         else:
             raise ConfigError(f"{key}: unknown agent setting")
     return out
+
+
+def cluster_env_name(name: str) -> str:
+    """A cluster's name in its environment variables: ``orders-eu`` -> ``ORDERS_EU``."""
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def _with_cluster_env(
+    clusters: list[ClusterConfig], variables: Mapping[str, str]
+) -> list[ClusterConfig]:
+    """``clusters`` with their CONNMON_AGENT_CLUSTER_<CLUSTER>_KAFKA_<KEY> settings added to
+    their ``kafka:``; a variable naming no cluster (or two) is an error."""
+    by_env: dict[str, list[str]] = {}
+    for c in clusters:
+        by_env.setdefault(cluster_env_name(c.name), []).append(c.name)
+    extra: dict[str, dict[str, str]] = {}
+    for var, value in sorted(variables.items()):
+        rest = var[len(_CLUSTER_ENV) :]
+        owners = [e for e in by_env if rest.startswith(f"{e}_KAFKA_") and len(rest) > len(e) + 7]
+        if not owners:
+            names = ", ".join(sorted(by_env)) or "none"
+            raise ConfigError(f"{var}: names no configured cluster (their names here: {names})")
+        env_name = max(owners, key=len)
+        if len(by_env[env_name]) > 1:
+            raise ConfigError(f"{var}: clusters {by_env[env_name]} share the name {env_name}")
+        setting = env_key(rest[len(env_name) + 7 :])
+        extra.setdefault(by_env[env_name][0], {})[setting] = value
+    return [
+        replace(c, kafka={**c.kafka, **extra[c.name]}) if c.name in extra else c for c in clusters
+    ]
 
 
 def parse_cluster_bootstrap(spec: str) -> ClusterConfig:
@@ -324,7 +368,7 @@ def build(
                 merged["kubernetes"] = {**(merged.get("kubernetes") or {}), **v}
             else:
                 merged[k] = v
-    unknown = sorted(set(merged) - _KNOWN_TOP - {"cluster_bootstrap"})
+    unknown = sorted(set(merged) - _KNOWN_TOP - {"cluster_bootstrap", "cluster_env"})
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown agent setting")
     scalars: dict[str, Any] = {}
@@ -378,6 +422,7 @@ def build(
     names = [c.name for c in clusters]
     if len(set(names)) != len(names):
         raise ConfigError(f"clusters: duplicate cluster name in {names}")
+    clusters = _with_cluster_env(clusters, merged.get("cluster_env") or {})
     apps = merged.get("apps") or []
     if not isinstance(apps, list):
         raise ConfigError("apps: must be a list of rules")

@@ -4,8 +4,13 @@ them back."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +60,70 @@ def agent_config(path: Path, host: str, cluster: Any, apps: Iterable[dict] = ())
         )
     )
     return path
+
+
+# A python a non-root uid may run: the venv's lives under /root (mode 0700).
+SYSTEM_PYTHON = "/usr/bin/python3"
+_HOLDER = """
+import socket, sys, time
+port = int(sys.argv[1])
+server = socket.create_server(("127.0.0.1", port))
+client = socket.create_connection(("127.0.0.1", port))
+conn, _ = server.accept()
+conn.close()  # the "broker" closes: the client's end, kept open, sits in CLOSE_WAIT
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@dataclass
+class Holder:
+    """A process of another uid in a network namespace of its own, holding a client socket in
+    CLOSE_WAIT to ``127.0.0.1:port`` in that namespace."""
+
+    netns: str
+    port: int
+    pid: int
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+
+
+@contextmanager
+def close_wait_in_netns(uid: int, app: str, why_root: str) -> Iterator[Holder]:
+    """A ``Holder`` of ``uid`` whose command line names ``app``; skips (naming the reason) where
+    root, setpriv, ip, the system python or network namespaces are missing."""
+    import pytest
+
+    from streaming.stack.ports import free_port
+
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root: {why_root}")
+    missing = [t for t in ("setpriv", "ip") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"needs {' and '.join(missing)} (util-linux, iproute2)")
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"needs {SYSTEM_PYTHON} for the process of another uid")
+    name = f"cm{app[:6]}{uuid.uuid4().hex[:6]}"
+    made = _ip("netns", "add", name)
+    if made.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
+    holder = None
+    try:
+        _ip("-n", name, "link", "set", "lo", "up").check_returncode()
+        port = free_port()
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", name, "setpriv", f"--reuid={uid}", f"--regid={uid}",
+             "--clear-groups", "--", SYSTEM_PYTHON, "-c", _HOLDER, str(port), app],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert holder.stdout is not None
+        line = holder.stdout.readline()
+        assert line.strip() == "ready", holder.stderr.read() if holder.stderr else line
+        yield Holder(name, port, holder.pid)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        _ip("netns", "del", name)

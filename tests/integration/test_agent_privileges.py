@@ -14,14 +14,13 @@ import signal
 import subprocess
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
-from agent_helpers import REPO, events_in
+from agent_helpers import REPO, Holder, close_wait_in_netns, events_in
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.agent import ebpf
@@ -33,25 +32,9 @@ pytestmark = pytest.mark.integration
 
 FULL = ("sys_admin", "sys_ptrace", "dac_read_search")
 OTHER_UID = 1234
-# A python a non-root uid may run: the venv's lives under /root (mode 0700).
-SYSTEM_PYTHON = "/usr/bin/python3"
-HOLDER = """
-import socket, sys, time
-port = int(sys.argv[1])
-server = socket.create_server(("127.0.0.1", port))
-client = socket.create_connection(("127.0.0.1", port))
-conn, _ = server.accept()
-conn.close()  # the "broker" closes: the client's end, kept open, sits in CLOSE_WAIT
-print("ready", flush=True)
-time.sleep(600)
-"""
 
 
-@dataclass
-class Workload:
-    netns: str
-    port: int
-    pid: int
+Workload = Holder
 
 
 @dataclass
@@ -82,36 +65,9 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def workload() -> Iterator[Workload]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the agent runs as uid 0 with reduced capabilities")
-    missing = [t for t in ("setpriv", "ip") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"needs {' and '.join(missing)} (util-linux, iproute2)")
-    if not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.skip(f"needs {SYSTEM_PYTHON} for the workload of another uid")
-    name = f"cmpriv{uuid.uuid4().hex[:6]}"
-    made = _run("ip", "netns", "add", name)
-    if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
-    holder = None
-    try:
-        _run("ip", "-n", name, "link", "set", "lo", "up").check_returncode()
-        port = free_port()
-        holder = subprocess.Popen(
-            ["ip", "netns", "exec", name, "setpriv", f"--reuid={OTHER_UID}",
-             f"--regid={OTHER_UID}", "--clear-groups", "--", SYSTEM_PYTHON, "-c", HOLDER,
-             str(port), "connmon-priv-holder"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert holder.stdout is not None
-        line = holder.stdout.readline()
-        assert line.strip() == "ready", holder.stderr.read() if holder.stderr else line
-        yield Workload(name, port, holder.pid)
-    finally:
-        if holder is not None:
-            holder.kill()
-            holder.wait()
-        _run("ip", "netns", "del", name)
+    why = "the agent runs as uid 0 with reduced capabilities"
+    with close_wait_in_netns(OTHER_UID, "connmon-priv-holder", why) as holder:
+        yield holder
 
 
 def _metrics(port: int) -> dict[tuple[str, frozenset], float]:
