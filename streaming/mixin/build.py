@@ -14,6 +14,8 @@ from streaming.metricnames import ALL_METRICS
 from streaming.mixin import alertmanager, grafana, kubernetes
 from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT, MixinConfig
+from streaming.mixin.exprs import dashboard_exprs
+from streaming.mixin.promql import metric_names
 from streaming.mixin.rules import recording_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,9 +90,6 @@ of these has a sample, not even a 0.
 
 def _users(alerts: dict[str, Any], rules: dict[str, Any]) -> dict[str, list[str]]:
     """Metric name -> what reads it: alerts by name, recording rules, dashboards by uid."""
-    from streaming.mixin.check import dashboard_exprs
-    from streaming.mixin.promql import metric_names
-
     users: dict[str, list[str]] = {}
 
     def add(expr: str, who: str) -> None:

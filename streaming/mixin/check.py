@@ -4,24 +4,27 @@ promtool, amtool, and (when installed) pint and Grafana's dashboard-linter."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from streaming.cachedir import cache_dir
 from streaming.metricnames import ALL_METRICS, PROMETHEUS_BUILTINS, series_names
 from streaming.metricnames.connmon import SERIES_LABELS
 from streaming.mixin import grafana, kubernetes_policy
 from streaming.mixin.alertmanager import RouteCase
 from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
+from streaming.mixin.exprs import dashboard_exprs, panels
+from streaming.mixin.exprs import rule_exprs as rule_exprs  # the checks' callers use it here
 from streaming.mixin.promql import metric_names
 from streaming.prometheus_bin import amtool, promtool
 
-GO_BIN = ROOT / "deploy" / "local" / ".cache" / "go-bin"
+GO_BIN = Path(os.environ.get("CONNMON_GO_BIN") or cache_dir() / "go-bin")
 INSTALL_TOOLS = ROOT / "deploy" / "prometheus" / "install-tools.sh"
 PROM_DIR = ROOT / "deploy" / "prometheus"
 RULE_FILES = (PROM_DIR / "alerts.yaml", PROM_DIR / "rules.yaml")
@@ -31,30 +34,6 @@ _RANGE_AFTER = re.compile(r"\[([^\]]+)\]")
 
 
 # ---- expressions --------------------------------------------------------------------------
-def rule_exprs(rule_doc: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, expr) for every rule of a rules file."""
-    for group in rule_doc["groups"]:
-        for rule in group["rules"]:
-            yield f"{group['name']}/{rule.get('alert') or rule.get('record')}", rule["expr"]
-
-
-def dashboard_exprs(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, expr) for every panel target and query variable of a dashboard JSON."""
-    for panel in _panels(dash):
-        for t in panel.get("targets", []):
-            yield f"{dash['uid']}/{panel['title']}/{t.get('refId')}", t["expr"]
-    for var in dash["templating"]["list"]:
-        if var["type"] == "query":
-            m = re.match(r"^label_values\((.*),\s*\w+\)$", var["query"])
-            yield f"{dash['uid']}/${var['name']}", m.group(1) if m else var["query"]
-
-
-def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    for p in dash.get("panels", []):
-        yield p
-        yield from p.get("panels", [])
-
-
 def recorded_names(rule_docs: list[dict[str, Any]]) -> set[str]:
     return {
         r["record"] for d in rule_docs for g in d["groups"] for r in g["rules"] if "record" in r
@@ -127,7 +106,7 @@ def lint_dashboard(dash: dict[str, Any]) -> list[str]:
             for where, name in per_series_reads(dash)
         ]
     seen_ids: set[int] = set()
-    for p in _panels(dash):
+    for p in panels(dash):
         where = f"{uid}/{p.get('title') or p.get('id')}"
         if p.get("id") in seen_ids:
             problems.append(f"{where}: duplicate panel id {p.get('id')}")
