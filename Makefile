@@ -10,9 +10,13 @@ PYTEST_ARGS ?=
 APT_BPFTRACE = apt-get install -y -q --no-install-recommends bpftrace >/dev/null 2>&1
 DEMO_ARGS ?=
 
-.PHONY: setup artifacts javadriver clients prometheus bpftrace test unit integration e2e lint demo clean
+.PHONY: setup prereqs artifacts javadriver clients prometheus bpftrace test unit integration e2e lint demo clean
 
-setup: $(STAMP) artifacts javadriver clients prometheus bpftrace
+setup: prereqs $(STAMP) artifacts javadriver clients prometheus bpftrace
+
+# First thing, before the venv: one line naming a tool setup needs that is missing or too old.
+prereqs:
+	@sh deploy/local/check-prereqs.sh $(PYTHON)
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo ">> python venv and pinned packages (pip shows progress)"
@@ -22,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 artifacts: $(STAMP)
-	@echo ">> Maven jars: Kafka broker, Spark Kafka connector (cached in deploy/local/.cache)"
+	@echo ">> Maven jars: Kafka broker, Spark Kafka connector (per-user cache: $$CONNMON_CACHE_DIR, else ~/.cache/connmon)"
 	$(BIN)/python -m streaming.stack.artifacts
 
 javadriver: artifacts
