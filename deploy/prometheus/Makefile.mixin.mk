@@ -4,7 +4,8 @@
 #                     deploy/kubernetes/*.yaml and docs/metrics.md (deterministic)
 #   make mixin-check  outputs up to date, metric names in the catalog, dashboard lint,
 #                     promtool check + test rules, pint and dashboard-linter when installable
-#   make mixin-tools  install pint and dashboard-linter into deploy/local/.cache/go-bin
+#   make mixin-tools  install pint and dashboard-linter into go-bin of the per-user cache
+#                     ($CONNMON_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/connmon)
 
 .PHONY: mixin mixin-check mixin-tools
 

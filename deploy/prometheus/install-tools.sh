@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install the Go linters the mixin checks use (pint, dashboard-linter) into
-# deploy/local/.cache/go-bin. Idempotent: a tool already installed at the pinned version is
-# left alone, so a second run downloads nothing.
+# Install the Go linters the mixin checks use (pint, dashboard-linter) into go-bin in connmon's
+# per-user cache, the folder streaming.stack.artifacts.cache_dir() names:
+# $CONNMON_CACHE_DIR if set, else ${XDG_CACHE_HOME:-$HOME/.cache}/connmon ($CONNMON_GO_BIN
+# overrides the whole path). Idempotent: a tool already installed at the pinned version is
+# left alone, so a second run, from any checkout, downloads nothing.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-GOBIN_DIR="${CONNMON_GO_BIN:-$ROOT/deploy/local/.cache/go-bin}"
+CACHE_DIR="${CONNMON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/connmon}"
+GOBIN_DIR="${CONNMON_GO_BIN:-$CACHE_DIR/go-bin}"
 PINT_VERSION="${PINT_VERSION:-latest}"
 LINTER_VERSION="${DASHBOARD_LINTER_VERSION:-latest}"
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streaming.cachedir import cache_dir
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
@@ -82,15 +84,14 @@ def is_local(master: str) -> bool:
 def connector_jars() -> list[str]:
     """Spark's Kafka connector and its dependencies (PySpark does not ship them): the jars in
     ``$CONNMON_SPARK_JARS``, else in the jar cache that ``make setup`` fills
-    (``$CONNMON_CACHE_DIR/jars/spark-kafka``, by default under ``deploy/local/.cache``), with
+    (``jars/spark-kafka`` in the per-user cache, ``streaming.cachedir``), with
     Hadoop's S3A filesystem for ``s3a://`` checkpoints (``jars/s3a``) when the cache has it.
     Empty when neither exists: then the cluster must provide them (``--jars``/``--packages``)."""
     env = os.environ.get("CONNMON_SPARK_JARS")
     if env:
         folders = [Path(env)]
     else:
-        cache = os.environ.get("CONNMON_CACHE_DIR")
-        root = Path(cache) if cache else Path(__file__).resolve().parents[2] / "deploy/local/.cache"
+        root = cache_dir()
         folders = [root / "jars" / "spark-kafka", root / "jars" / "s3a"]
     return [str(p) for folder in folders if folder.is_dir() for p in sorted(folder.glob("*.jar"))]
 

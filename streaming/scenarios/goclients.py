@@ -1,10 +1,12 @@
 """Build the Go scenario clients (``deploy/local/go-clients``): one program per library,
 ``sarama-client`` (github.com/IBM/sarama) and ``franz-client`` (github.com/twmb/franz-go).
 
-``ensure_built()`` runs ``go build`` into ``deploy/local/.cache/go-clients/bin``; the modules
-come from the Go module proxy into Go's own module cache, checked against ``go.sum``. A marker
-holding the hash of ``go.mod``, ``go.sum`` and the sources makes a second run start no ``go``
-at all. ``python -m streaming.scenarios.goclients`` builds them (``make setup`` does).
+``ensure_built()`` runs ``go build`` into ``go-clients-<hash>/bin`` in the per-user cache
+(``artifacts.cache_dir()``), keyed by the hash of ``go.mod``, ``go.sum`` and the sources: a
+second run, from any checkout with the same sources, starts no ``go`` at all. The modules come
+from the Go module proxy into Go's own module and build caches (``go env GOMODCACHE GOCACHE``,
+per user), checked against ``go.sum``. ``python -m streaming.scenarios.goclients`` builds them
+(``make setup`` does).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def source_dir() -> Path:
 
 
 def build_dir() -> Path:
-    return artifacts.cache_dir() / "go-clients"
+    """The build of the current sources (it may not exist yet)."""
+    return buildstamp.keyed_dir("go-clients", _digest())
 
 
 def _sources() -> list[Path]:
@@ -56,8 +59,9 @@ def binary(client: str) -> Path:
 
 def ensure_built(quiet: bool = True) -> Path:
     """Build every program unless already built from the same sources; return the bin dir."""
-    out = build_dir()
-    if is_built():
+    stamp = _digest()
+    out = buildstamp.keyed_dir("go-clients", stamp)
+    if buildstamp.is_current(out, stamp):
         return out / "bin"
     go = shutil.which("go")
     if go is None:
@@ -65,9 +69,8 @@ def ensure_built(quiet: bool = True) -> Path:
             "the Go scenario clients (Sarama, franz-go) need the 'go' toolchain on PATH "
             f"(the version go.mod names or newer): {source_dir() / 'go.mod'}"
         )
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "bin").mkdir(parents=True)
+    part = buildstamp.start(out)
+    (part / "bin").mkdir()
     if not quiet:
         print(
             "connmon: building the Go clients (Sarama, franz-go; modules from the Go proxy; "
@@ -78,21 +81,23 @@ def ensure_built(quiet: bool = True) -> Path:
     # -mod=readonly: go.sum must already pin every module.
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
     proc = subprocess.run(
-        [go, "build", "-trimpath", "-o", str(out / "bin") + os.sep, "./cmd/..."],
+        [go, "build", "-trimpath", "-o", str(part / "bin") + os.sep, "./cmd/..."],
         cwd=source_dir(),
         env=env,
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
+        buildstamp.abandon(part)
         raise GoClientsError(
             f"go build in {source_dir()} failed (exit {proc.returncode}): "
             f"{(proc.stderr or proc.stdout)[-2000:]}"
         )
-    missing = [p for p in PROGRAMS.values() if not (out / "bin" / p).exists()]
+    missing = [p for p in PROGRAMS.values() if not (part / "bin" / p).exists()]
     if missing:
-        raise GoClientsError(f"go build produced no {missing} in {out / 'bin'}")
-    buildstamp.mark(out, _digest())
+        buildstamp.abandon(part)
+        raise GoClientsError(f"go build produced no {missing} in {part / 'bin'}")
+    buildstamp.finish(part, out, stamp)
     return out / "bin"
 
 

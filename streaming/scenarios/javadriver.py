@@ -2,8 +2,9 @@
 
 ``ensure_built()`` copies the pom's runtime jars with ``mvn dependency:copy-dependencies`` (into
 the same local Maven repository as the broker jars, so nothing is fetched twice) and compiles the
-driver with plain ``javac`` into ``deploy/local/.cache/java-driver``. A marker holding the hash of
-the pom and the sources makes a second run start neither Maven nor javac.
+driver with plain ``javac`` into ``java-driver-<hash>`` in the per-user cache
+(``artifacts.cache_dir()``), keyed by the hash of the pom and the sources: a second run, from
+any checkout with the same sources, starts neither Maven nor javac.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def source_dir() -> Path:
 
 
 def build_dir() -> Path:
-    return artifacts.cache_dir() / "java-driver"
+    """The build of the current sources (it may not exist yet)."""
+    return buildstamp.keyed_dir("java-driver", _digest())
 
 
 def _digest() -> str:
@@ -45,16 +47,16 @@ def is_built() -> bool:
 
 def ensure_built(quiet: bool = True) -> Path:
     """Fetch the client jars and compile the driver unless already done; return the build dir."""
-    out = build_dir()
-    if is_built():
+    stamp = _digest()
+    out = buildstamp.keyed_dir("java-driver", stamp)
+    if buildstamp.is_current(out, stamp):
         return out
     mvn, javac = shutil.which("mvn"), shutil.which("javac")
     if mvn is None or javac is None:
         raise JavaDriverError("the Java driver needs 'mvn' and 'javac' on PATH (a JDK + Maven)")
-    if out.exists():
-        shutil.rmtree(out)
-    lib, classes = out / "lib", out / "classes"
-    classes.mkdir(parents=True)
+    part = buildstamp.start(out)
+    lib, classes = part / "lib", part / "classes"
+    classes.mkdir()
     if not quiet:
         print(
             "connmon: fetching kafka-clients for the Java driver (first run only)...",
@@ -74,6 +76,7 @@ def ensure_built(quiet: bool = True) -> Path:
         mvn_cmd.insert(2, "-q")
     proc = subprocess.run(mvn_cmd, capture_output=quiet, text=True)
     if proc.returncode != 0:
+        buildstamp.abandon(part)
         raise JavaDriverError(f"mvn failed (exit {proc.returncode}): {(proc.stdout or '')[-2000:]}")
     sources = [str(p) for p in sorted((source_dir() / "src").glob("*.java"))]
     proc = subprocess.run(
@@ -82,8 +85,9 @@ def ensure_built(quiet: bool = True) -> Path:
         text=True,
     )
     if proc.returncode != 0:
+        buildstamp.abandon(part)
         raise JavaDriverError(f"javac failed: {proc.stderr[-2000:]}")
-    buildstamp.mark(out, _digest())
+    buildstamp.finish(part, out, stamp)
     return out
 
 

@@ -1,9 +1,10 @@
 """Install the Node.js scenario client (``deploy/local/node-clients``): ``kafkajs-client.js``.
 
 ``ensure_built()`` copies ``package.json``, ``package-lock.json`` and the script into
-``deploy/local/.cache/node-clients`` and runs ``npm ci`` there (kafkajs from the npm registry,
-exactly as the lock file pins it), so ``node_modules`` never lands in the work tree. A marker
-holding the hash of the three files makes a second run start no ``npm``.
+``node-clients-<hash>`` in the per-user cache (``artifacts.cache_dir()``) and runs ``npm ci``
+there (kafkajs from the npm registry through npm's own per-user cache, exactly as the lock file
+pins it), so ``node_modules`` never lands in the work tree. The folder is keyed by the hash of
+the three files: a second run, from any checkout with the same files, starts no ``npm``.
 ``python -m streaming.scenarios.nodeclients`` installs it (``make setup`` does).
 """
 
@@ -30,7 +31,8 @@ def source_dir() -> Path:
 
 
 def build_dir() -> Path:
-    return artifacts.cache_dir() / "node-clients"
+    """The install of the current files (it may not exist yet)."""
+    return buildstamp.keyed_dir("node-clients", _digest())
 
 
 def _digest() -> str:
@@ -56,18 +58,17 @@ def node() -> str:
 
 def ensure_built(quiet: bool = True) -> Path:
     """``npm ci`` into the cache unless already done from the same files; return the dir."""
-    out = build_dir()
-    if is_built():
+    stamp = _digest()
+    out = buildstamp.keyed_dir("node-clients", stamp)
+    if buildstamp.is_current(out, stamp):
         return out
     node()
     npm = shutil.which("npm")
     if npm is None:
         raise NodeClientsError("the kafkajs scenario client needs 'npm' on PATH (with Node.js)")
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    part = buildstamp.start(out)
     for name in FILES:
-        shutil.copy2(source_dir() / name, out / name)
+        shutil.copy2(source_dir() / name, part / name)
     if not quiet:
         print(
             "connmon: npm ci for the kafkajs client (again only when it changes)...",
@@ -75,16 +76,17 @@ def ensure_built(quiet: bool = True) -> Path:
         )
     proc = subprocess.run(
         [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=out,
+        cwd=part,
         capture_output=True,
         text=True,
     )
     if proc.returncode != 0:
+        buildstamp.abandon(part)
         raise NodeClientsError(
-            f"npm ci in {out} failed (exit {proc.returncode}): "
+            f"npm ci in {part} failed (exit {proc.returncode}): "
             f"{(proc.stderr or proc.stdout)[-2000:]}"
         )
-    buildstamp.mark(out, _digest())
+    buildstamp.finish(part, out, stamp)
     return out
 
 

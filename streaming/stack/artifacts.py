@@ -3,8 +3,10 @@ S3A filesystem (``s3a://`` checkpoints).
 
 All are published only on Maven Central. ``ensure(group)`` runs ``mvn
 dependency:copy-dependencies`` on a small pom in ``deploy/local/maven/<group>/`` into a
-git-ignored cache (``deploy/local/.cache``, or ``$CONNMON_CACHE_DIR``). A marker file holding the
-pom's hash makes a second run download nothing and start no Maven at all. The folders of the
+per-user cache shared by every checkout (``cache_dir()``). A marker file holding the pom's hash
+makes a second run, from this checkout or another, download nothing and start no Maven at all;
+Maven's own repository in the cache (``m2``) is keyed by coordinates, so a pom that changes
+fetches only what is new. The folders of the
 jars for Spark's JVM (``SPARK_GROUPS``) hold only what PySpark does not ship already, so that
 the whole folder can go on Spark's classpath.
 """
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from streaming.cachedir import cache_dir
 
 GROUPS = ("kafka", "spark-kafka", "s3a")
 SPARK_GROUPS = ("spark-kafka", "s3a")  # jars for PySpark's JVM
@@ -36,9 +40,18 @@ def repo_root() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2]
 
 
-def cache_dir() -> Path:
-    env = os.environ.get("CONNMON_CACHE_DIR")
-    return Path(env) if env else repo_root() / "deploy" / "local" / ".cache"
+def swap_in(part: Path, out: Path) -> None:
+    """Replace folder ``out`` by the completed folder ``part`` (beside it) with renames only:
+    a reader sees the old folder or the new one, never a half-filled one. When another
+    process swapped in first, the first one stays (``part`` is removed either way)."""
+    old = out.with_name(f"{out.name}.old-{os.getpid()}")
+    if out.exists():
+        out.rename(old)
+    try:
+        part.rename(out)
+    except OSError:  # another process renamed its own folder into place meanwhile
+        shutil.rmtree(part, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def pom_path(group: str) -> Path:
@@ -78,8 +91,10 @@ def ensure(group: str, quiet: bool = False) -> Path:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ArtifactError("Maven ('mvn') is not on PATH; it is needed once to fetch the jars")
-    if out.exists():
-        shutil.rmtree(out)
+    # filled beside the folder, then swapped in: a checkout using the jars meanwhile never
+    # sees a half-filled folder
+    part = out.with_name(f"{out.name}.part-{os.getpid()}")
+    shutil.rmtree(part, ignore_errors=True)
     (cache_dir() / "empty-repo").mkdir(parents=True, exist_ok=True)
     cmd = [
         mvn,
@@ -89,7 +104,7 @@ def ensure(group: str, quiet: bool = False) -> Path:
         f"-Dmaven.repo.local={cache_dir() / 'm2'}",
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
-        f"-DoutputDirectory={out}",
+        f"-DoutputDirectory={part}",
     ]
     if quiet:
         cmd.insert(2, "-q")
@@ -97,13 +112,15 @@ def ensure(group: str, quiet: bool = False) -> Path:
         print(f"connmon: fetching {group} jars with Maven (first run only)...", file=sys.stderr)
     proc = subprocess.run(cmd, capture_output=quiet, text=True)
     if proc.returncode != 0:
+        shutil.rmtree(part, ignore_errors=True)
         detail = (proc.stdout or "")[-2000:] if quiet else ""
         raise ArtifactError(f"mvn failed for {pom_path(group)} (exit {proc.returncode}){detail}")
     if group in SPARK_GROUPS:
-        found = sorted(out.glob("*.jar"))
+        found = sorted(part.glob("*.jar"))
         for jar in set(found) - set(_without_spark_provided(found)):
             jar.unlink()
-    (out / _MARKER).write_text(_pom_digest(group))
+    (part / _MARKER).write_text(_pom_digest(group))
+    swap_in(part, out)
     return out
 
 

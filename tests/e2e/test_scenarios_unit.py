@@ -361,7 +361,7 @@ def test_program_workloads_start_the_program_itself_with_the_app_marker(monkeypa
     argv = workload_argv(w, "127.0.0.1:1,127.0.0.1:2")
     if argv[0] == "nice":  # at a lower CPU priority; nice execs the program (same pid)
         argv = argv[len(programs.NICE) :]
-    assert argv[0] == str(tmp_path / "go-clients" / "bin" / "franz-client")
+    assert argv[0] == str(goclients.build_dir() / "bin" / "franz-client")
     joined = " ".join(argv)
     assert "--mode idle-producer --app f-app --bootstrap 127.0.0.1:1,127.0.0.1:2" in joined
     assert "--topic t" in joined and "--interval-ms 90000" in joined
@@ -369,7 +369,7 @@ def test_program_workloads_start_the_program_itself_with_the_app_marker(monkeypa
     s = workload_argv(Workload("sarama", "consumer", "s-app", "t", "g"), "127.0.0.1:1")
     assert s[s.index("--mode") - 1].endswith("/sarama-client") and s[s.index("--group") + 1] == "g"
     k = workload_argv(Workload("kafkajs", "producer", "k-app", "t"), "127.0.0.1:1")
-    node, script = k.index("/usr/bin/node"), str(tmp_path / "node-clients" / "kafkajs-client.js")
+    node, script = k.index("/usr/bin/node"), str(nodeclients.build_dir() / "kafkajs-client.js")
     assert k[node + 1] == script and k[node + 2] == "--mode"
     with pytest.raises(ValueError, match="mode 'stalled-consumer'"):
         programs.command("kafkajs", "stalled-consumer", "a", "b", "t")
@@ -386,11 +386,12 @@ def test_client_builds_are_skipped_when_up_to_date_and_fail_clearly_without_tool
     with pytest.raises(nodeclients.NodeClientsError, match="'node'"):
         nodeclients.ensure_built()
     # a marker holding the sources' hash: up to date, no tool needed
-    (tmp_path / "go-clients").mkdir()
-    (tmp_path / "go-clients" / ".complete").write_text(goclients._digest())
-    assert goclients.ensure_built() == tmp_path / "go-clients" / "bin"
-    (tmp_path / "node-clients").mkdir()
-    (tmp_path / "node-clients" / ".complete").write_text("stale")
+    goclients.build_dir().mkdir()
+    (goclients.build_dir() / ".complete").write_text(goclients._digest())
+    assert goclients.ensure_built() == goclients.build_dir() / "bin"
+    assert goclients.build_dir().parent == tmp_path
+    nodeclients.build_dir().mkdir()
+    (nodeclients.build_dir() / ".complete").write_text("stale")
     with pytest.raises(nodeclients.NodeClientsError):
         nodeclients.ensure_built()
     with pytest.raises(ValueError, match="no Go program"):

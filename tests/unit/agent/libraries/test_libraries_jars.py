@@ -4,12 +4,11 @@ kafka-clients jars of the local stack), and JVM processes in fixture /proc trees
 from __future__ import annotations
 
 import io
-import os
 import zipfile
 from pathlib import Path
 
 import pytest
-from library_fakes import REPO, FakeProc, shaded_jar, write
+from library_fakes import FakeProc, shaded_jar, write
 
 from streaming.agent.libraries import ClientLibrary, LibraryIdentifier, evidence
 from streaming.agent.libraries.jars import (
@@ -18,6 +17,7 @@ from streaming.agent.libraries.jars import (
     java_version_from_paths,
     properties_version,
 )
+from streaming.cachedir import cache_dir
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_jar_kafka_version_rejects(tmp_path: Path) -> None:
 def test_real_kafka_clients_jars() -> None:
     """kafka-clients jars the local stack's Maven builds fetched: the version file inside
     agrees with the file name."""
-    cache = Path(os.environ.get("CONNMON_CACHE_DIR", REPO / "deploy" / "local" / ".cache"))
+    cache = cache_dir()
     jars = sorted(cache.glob("**/kafka-clients-*.jar"))[:4]
     if not jars:
         pytest.skip(f"no kafka-clients jar under {cache} (make setup fetches them)")
