@@ -6,12 +6,43 @@ tests/e2e -> e2e. Services are stopped at teardown whatever the test did.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import leftovers
 import pytest
 
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
+_TOKEN = pytest.StashKey[str]()
+_FOUND = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Mark this process's environment so that every process a test starts can be found at
+    the end (each xdist worker marks its own children with a token of its own)."""
+    config.stash[_TOKEN] = os.environ[leftovers.MARKER] = leftovers.new_token()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test left a process running, a connection open or a Kafka client
+    alive (every fixture is torn down by now). An xdist controller runs no test: its workers
+    check for themselves."""
+    if session.config.pluginmanager.hasplugin("dsession"):
+        return
+    found = leftovers.find(session.config.stash[_TOKEN])
+    if found:
+        lines = "\n".join(f"  {f}" for f in found)
+        session.config.stash[_FOUND] = f"left behind after the last test:\n{lines}"
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    found = terminalreporter.config.stash.get(_FOUND, None)
+    if found:
+        terminalreporter.write_sep("=", "leftovers", red=True)
+        terminalreporter.write_line(found)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -24,6 +55,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         mark = _MARK_BY_DIR.get(top)
         if mark:
             item.add_marker(getattr(pytest.mark, mark))
+
+
+@pytest.fixture(autouse=True)
+def _drop_cached_kafka_clients() -> Iterator[None]:
+    """The agent keeps one metadata client per cluster for its whole life; a test's cluster
+    is gone after the test, so its client goes too."""
+    yield
+    kafka_meta = sys.modules.get("streaming.agent.kafka_meta")
+    if kafka_meta is not None:
+        kafka_meta._admins.clear()
 
 
 @pytest.fixture(scope="session")
@@ -72,23 +113,48 @@ def spark() -> Iterator:
         yield session
     finally:
         session.stop()
+        _stop_spark_jvm()
+
+
+def _stop_spark_jvm() -> None:
+    """End the JVM behind PySpark's gateway, which ``SparkSession.stop()`` leaves running
+    until the interpreter exits (it exits when its stdin closes)."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None
+    if proc is not None:
+        if proc.stdin:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture
 def prometheus_factory() -> Iterator[Callable]:
-    """Start Prometheus servers scraping the given targets with the given rule files."""
+    """Start Prometheus servers with the given scrape jobs (name -> targets, see
+    ``streaming.stack.prometheus.connmon_jobs``) and rule files."""
     from streaming.stack.prometheus import PrometheusServer
 
     started: list[PrometheusServer] = []
 
     def make(
-        scrape_targets: list[str],
+        scrape_jobs: dict[str, list[str]],
         rule_files: list[str | Path] = (),  # type: ignore[assignment]
         scrape_interval_s: float = 1.0,
         evaluation_interval_s: float = 1.0,
     ) -> PrometheusServer:
         server = PrometheusServer(
-            scrape_targets=list(scrape_targets),
+            scrape_jobs=dict(scrape_jobs),
             rule_files=list(rule_files),
             scrape_interval_s=scrape_interval_s,
             evaluation_interval_s=evaluation_interval_s,

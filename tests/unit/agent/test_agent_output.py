@@ -233,6 +233,8 @@ def test_fatal_producer_error_replaces_the_producer_and_counts_losses() -> None:
         )
         == 1
     )
+    old.purge()  # the replaced instance still holds the event: end it with the test
+    old.close()
 
 
 class _Refusing:
