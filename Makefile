@@ -49,7 +49,7 @@ bpftrace:
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest $(PYTEST_ARGS) tests
+	$(BIN)/pytest --durations=30 $(PYTEST_ARGS) tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -m unit $(PYTEST_ARGS) tests
