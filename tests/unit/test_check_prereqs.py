@@ -101,8 +101,10 @@ def test_a_too_old_tool_stops_naming_its_version(
 
 def test_make_setup_runs_the_check_before_the_venv() -> None:
     """``make setup`` (dry run, every target out of date): the check is its first command."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     out = subprocess.run(
-        ["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+        ["make", "--no-print-directory", "-n", "-B", "setup"],
+        cwd=ROOT, capture_output=True, text=True, check=True, env=env,
+    ).stdout  # fmt: skip
     commands = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("echo")]
     assert commands[0] == "sh deploy/local/check-prereqs.sh python3", commands[:3]
