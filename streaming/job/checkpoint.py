@@ -112,24 +112,67 @@ def open_checkpoint(
         meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets, shuffle_partitions)
         write_text(spark, join(checkpoint, META), json.dumps(asdict(meta)))
         return meta
+    check_settings(
+        meta,
+        checkpoint,
+        window_s,
+        state_buckets,
+        shuffle_partitions,
+        spark_shuffle_partitions(spark, checkpoint) if meta.shuffle_partitions is None else None,
+    )
+    return meta
+
+
+def check_settings(
+    meta: Meta,
+    checkpoint: str,
+    window_s: float,
+    state_buckets: int,
+    shuffle_partitions: int | None,
+    recorded_partitions: int | None = None,
+) -> None:
+    """Raise a ConfigError naming the first setting the checkpoint was saved with another value
+    of, both values and how to move to a new checkpoint. The state store's partitions are the
+    ones in ``connmon.json``, else ``recorded_partitions`` (Spark's offset log); not checked
+    when neither is known."""
+    move = f"to change it, start on a new checkpoint: --checkpoint NEW --migrate-from {checkpoint}"
     if not math.isclose(meta.window_s, window_s):
         raise ConfigError(
             f"detectors.window_s: the checkpoint has {meta.window_s} s windows, the config "
-            f"{window_s} s; to change it, start on a new checkpoint with --migrate-from"
+            f"{window_s} s; {move}"
         )
     if meta.state_buckets != state_buckets:
         raise ConfigError(
             f"state-buckets: the checkpoint has {meta.state_buckets}, the config "
-            f"{state_buckets}; to change it, start on a new checkpoint with --migrate-from"
+            f"{state_buckets}; {move}"
         )
-    saved = meta.shuffle_partitions
+    saved = meta.shuffle_partitions if meta.shuffle_partitions is not None else recorded_partitions
     if None not in (saved, shuffle_partitions) and saved != shuffle_partitions:
         raise ConfigError(
             f"shuffle-partitions: the checkpoint has {saved}, the config {shuffle_partitions} "
-            "(Spark keeps a checkpoint's value); to change it, start on a new checkpoint with "
-            "--migrate-from"
+            f"(Spark keeps a checkpoint's value and would ignore the new one); {move}"
         )
-    return meta
+
+
+def recorded_shuffle_partitions(offset_log: str) -> int | None:
+    """``spark.sql.shuffle.partitions`` as one file of Spark's offset log records it (the
+    version, then the batch's metadata with the session conf the query keeps); None if absent."""
+    lines = offset_log.lstrip("\0").splitlines()
+    try:
+        conf = json.loads(lines[1]).get("conf") or {}
+        return int(conf["spark.sql.shuffle.partitions"])
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def spark_shuffle_partitions(spark: SparkSession, checkpoint: str) -> int | None:
+    """The state query's shuffle partitions as Spark recorded them in its newest offset log
+    file (None before its first batch)."""
+    batch = _newest(spark, join(checkpoint, STATE_QUERY, "offsets"))
+    if batch is None:
+        return None
+    text = read_text(spark, join(checkpoint, STATE_QUERY, "offsets", str(batch)))
+    return recorded_shuffle_partitions(text or "")
 
 
 def uncommitted_offsets(
