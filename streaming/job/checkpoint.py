@@ -30,9 +30,6 @@ class Meta:
     run_id: str  # tags the partials topic's records: an earlier checkpoint's are ignored
     window_s: float
     state_buckets: int
-    # Spark keeps the state store's partition count in the checkpoint and ignores a new value;
-    # None in checkpoints saved before it was recorded.
-    shuffle_partitions: int | None = None
 
 
 def join(base: str, *parts: str) -> str:
@@ -109,17 +106,11 @@ def open_checkpoint(
                 f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
                 "use a new one"
             )
-        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets, shuffle_partitions)
+        meta = Meta(LAYOUT, uuid.uuid4().hex[:12], window_s, state_buckets)
         write_text(spark, join(checkpoint, META), json.dumps(asdict(meta)))
         return meta
-    check_settings(
-        meta,
-        checkpoint,
-        window_s,
-        state_buckets,
-        shuffle_partitions,
-        spark_shuffle_partitions(spark, checkpoint) if meta.shuffle_partitions is None else None,
-    )
+    saved = spark_shuffle_partitions(spark, checkpoint)
+    check_settings(meta, checkpoint, window_s, state_buckets, shuffle_partitions, saved)
     return meta
 
 
@@ -129,12 +120,12 @@ def check_settings(
     window_s: float,
     state_buckets: int,
     shuffle_partitions: int | None,
-    recorded_partitions: int | None = None,
+    saved_partitions: int | None = None,
 ) -> None:
     """Raise a ConfigError naming the first setting the checkpoint was saved with another value
-    of, both values and how to move to a new checkpoint. The state store's partitions are the
-    ones in ``connmon.json``, else ``recorded_partitions`` (Spark's offset log); not checked
-    when neither is known."""
+    of, both values and how to move to a new checkpoint. Windows and buckets are in ``meta``;
+    the state store's partitions are ``saved_partitions``, as Spark keeps them in its offset
+    log (None before the state query's first batch: nothing to compare)."""
     move = f"to change it, start on a new checkpoint: --checkpoint NEW --migrate-from {checkpoint}"
     if not math.isclose(meta.window_s, window_s):
         raise ConfigError(
@@ -146,7 +137,7 @@ def check_settings(
             f"state-buckets: the checkpoint has {meta.state_buckets}, the config "
             f"{state_buckets}; {move}"
         )
-    saved = meta.shuffle_partitions if meta.shuffle_partitions is not None else recorded_partitions
+    saved = saved_partitions
     if None not in (saved, shuffle_partitions) and saved != shuffle_partitions:
         raise ConfigError(
             f"shuffle-partitions: the checkpoint has {saved}, the config {shuffle_partitions} "

@@ -279,9 +279,10 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         spark.sparkContext.addPyFile(package_zip(d))
     if s.migrate_from is not None and read_meta(spark, checkpoint) is None:
         migrate_state(spark, s, s.migrate_from, checkpoint)
-    meta = open_checkpoint(
-        spark, checkpoint, s.detectors.window_s, s.state_buckets, s.shuffle_partitions
-    )
+    # The value Spark will use: --shuffle-partitions, unless --spark-conf or the cluster's own
+    # defaults set spark.sql.shuffle.partitions.
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    meta = open_checkpoint(spark, checkpoint, s.detectors.window_s, s.state_buckets, partitions)
     resumed = last_commit(spark, checkpoint, STATE_QUERY)
     initial = None
     if resumed is not None:

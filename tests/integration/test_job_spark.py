@@ -308,12 +308,9 @@ def test_a_checkpoint_keeps_its_settings_and_refuses_others_by_name(spark, tmp_p
         open_checkpoint(spark, uri, 30.0, 256)
     with pytest.raises(ConfigError, match=r"^state-buckets: the checkpoint has 256"):
         open_checkpoint(spark, uri, 60.0, 64)
-    fixed = f"file://{tmp_path}/fixed"
-    open_checkpoint(spark, fixed, 60.0, 256, 4)
-    assert open_checkpoint(spark, fixed, 60.0, 256, 4).shuffle_partitions == 4
-    with pytest.raises(ConfigError, match=r"^shuffle-partitions: the checkpoint has 4, the "):
-        open_checkpoint(spark, fixed, 60.0, 256, 2)
-    assert open_checkpoint(spark, uri, 60.0, 256, 2) == first  # saved before it was recorded
+    # Before the state query's first batch Spark has recorded no partitions: any value starts
+    # (test_runbook_commands refuses a changed one on a real job's checkpoint).
+    assert open_checkpoint(spark, uri, 60.0, 256, 2) == first
     (tmp_path / "old" / "aggregates").mkdir(parents=True)  # a Spark checkpoint, no connmon.json
     with pytest.raises(ConfigError, match=r"^checkpoint: .* has no connmon.json"):
         open_checkpoint(spark, str(tmp_path / "old"), 60.0, 256)

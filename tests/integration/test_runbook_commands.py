@@ -19,7 +19,6 @@ cluster serves every test of the module.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import signal
@@ -33,7 +32,7 @@ import yaml
 from job_helpers import CONNMON, Topics, _kill_group, consume_all, lines, produce, recording
 
 from streaming.cli import build_parser
-from streaming.job.checkpoint import META, STATE_QUERY, recorded_shuffle_partitions
+from streaming.job.checkpoint import STATE_QUERY, recorded_shuffle_partitions
 from streaming.stack.kafka import KafkaCluster
 from streaming.topics import admin
 
@@ -357,21 +356,23 @@ def test_the_lagging_jobs_remedy_moves_to_a_new_checkpoint_with_8_partitions(
     finally:
         _stop(p, log)
 
-    # The value Spark recorded in the state query's offset log is what the job compares when
-    # connmon.json lacks it: drop it there, so the refusal below reads Spark's own record.
-    meta = json.loads((old / META).read_text())
-    assert meta.pop("shuffle_partitions") == 4
-    (old / META).write_text(json.dumps(meta))
-    (old / f".{META}.crc").unlink()  # Hadoop's checksum of the file as the job wrote it
+    # The job compares the partitions Spark recorded in the state query's offset log.
+    before = sorted((old / STATE_QUERY / "offsets").glob("[0-9]*"), key=lambda f: int(f.name))
+    assert recorded_shuffle_partitions(before[-1].read_text()) == 4
     # --run-for: a job that does not refuse ends on its own and fails the assertions below.
-    again = ["--config", str(config), "--checkpoint", str(old), "--shuffle-partitions", "8"]
-    refused = _run([CONNMON, "job", *again, "--run-for", "30"])
-    assert refused.returncode == 2, refused.stdout + refused.stderr[-4000:]
-    assert (
-        "connmon: configuration error: shuffle-partitions: the checkpoint has 4, the config 8"
-        in refused.stderr
-    ), refused.stderr[-4000:]
-    assert f"--checkpoint NEW --migrate-from {old}" in refused.stderr
+    # The partitions Spark would use are compared, however they were given.
+    base = ["--config", str(config), "--checkpoint", str(old), "--run-for", "30"]
+    for given in (
+        ["--shuffle-partitions", "8"],
+        ["--spark-conf", "spark.sql.shuffle.partitions=8"],
+    ):
+        refused = _run([CONNMON, "job", *base, *given])
+        assert refused.returncode == 2, refused.stdout + refused.stderr[-4000:]
+        assert (
+            "connmon: configuration error: shuffle-partitions: the checkpoint has 4, the config 8"
+            in refused.stderr
+        ), refused.stderr[-4000:]
+        assert f"--checkpoint NEW --migrate-from {old}" in refused.stderr
     assert not (old / "migrated").exists()
 
     argv = as_run(
@@ -384,7 +385,6 @@ def test_the_lagging_jobs_remedy_moves_to_a_new_checkpoint_with_8_partitions(
     finally:
         _stop(p, log)
     assert f"migrated the state of {old}" in log.read_text()  # as the runbook says
-    assert json.loads((new / META).read_text())["shuffle_partitions"] == 8
     partitions = {d.name for d in (new / STATE_QUERY / "state" / "0").iterdir() if d.name.isdigit()}
     assert partitions == {str(i) for i in range(8)}
     offsets = sorted((new / STATE_QUERY / "offsets").glob("[0-9]*"), key=lambda f: int(f.name))

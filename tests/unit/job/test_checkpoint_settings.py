@@ -1,6 +1,6 @@
 """A checkpoint's saved settings: the job refuses to start on one saved with another window,
-bucket count or state-store partition count, naming the setting, both values and the move to a
-new checkpoint with ``--migrate-from``."""
+bucket count (``connmon.json``) or state-store partition count (Spark's offset log), naming
+the setting, both values and the move to a new checkpoint with ``--migrate-from``."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from streaming.job.checkpoint import (
 CKPT = "/var/lib/connmon/ckpt"
 
 
-def _meta(shuffle_partitions: int | None = 4) -> Meta:
-    return Meta(LAYOUT, "run1", 60.0, 256, shuffle_partitions)
+def _meta() -> Meta:
+    return Meta(LAYOUT, "run1", 60.0, 256)
 
 
 def test_the_same_settings_start() -> None:
-    check_settings(_meta(), CKPT, 60.0, 256, 4)
+    check_settings(_meta(), CKPT, 60.0, 256, 4, saved_partitions=4)
 
 
 @pytest.mark.parametrize(
@@ -39,22 +39,17 @@ def test_another_value_is_refused_naming_the_setting_both_values_and_the_move(
     window_s: float, buckets: int, partitions: int, message: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        check_settings(_meta(), CKPT, window_s, buckets, partitions)
+        check_settings(_meta(), CKPT, window_s, buckets, partitions, saved_partitions=4)
     text = str(caught.value)
     assert text.startswith(message)
     assert text.endswith(f"--checkpoint NEW --migrate-from {CKPT}")
 
 
-def test_partitions_spark_recorded_count_when_the_checkpoint_file_lacks_them() -> None:
-    check_settings(_meta(None), CKPT, 60.0, 256, 8)  # nothing known: nothing to compare
-    check_settings(_meta(None), CKPT, 60.0, 256, 8, recorded_partitions=8)
+def test_partitions_are_compared_once_spark_has_recorded_them() -> None:
+    check_settings(_meta(), CKPT, 60.0, 256, 8)  # no state batch yet: nothing to compare
+    check_settings(_meta(), CKPT, 60.0, 256, 8, saved_partitions=8)
     with pytest.raises(ConfigError, match=r"^shuffle-partitions: the checkpoint has 4, the con"):
-        check_settings(_meta(None), CKPT, 60.0, 256, 8, recorded_partitions=4)
-
-
-def test_connmons_own_record_of_the_partitions_comes_first() -> None:
-    with pytest.raises(ConfigError, match=r"^shuffle-partitions: the checkpoint has 4,"):
-        check_settings(_meta(4), CKPT, 60.0, 256, 8, recorded_partitions=8)
+        check_settings(_meta(), CKPT, 60.0, 256, 8, saved_partitions=4)
 
 
 def test_spark_offset_log_gives_the_partitions_its_query_keeps() -> None:
