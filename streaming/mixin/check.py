@@ -20,7 +20,6 @@ from streaming.mixin import grafana, kubernetes_policy
 from streaming.mixin.alertmanager import RouteCase
 from streaming.mixin.build import ALERTMANAGER_FILE, ROOT
 from streaming.mixin.exprs import dashboard_exprs, panels
-from streaming.mixin.exprs import rule_exprs as rule_exprs  # the checks' callers use it here
 from streaming.mixin.promql import metric_names
 from streaming.prometheus_bin import amtool, promtool
 

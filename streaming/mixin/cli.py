@@ -10,6 +10,7 @@ from pathlib import Path
 
 from streaming.mixin import alertmanager, build, check
 from streaming.mixin.config import DEFAULT, with_settings
+from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.options import parse_pairs
 
 
@@ -58,8 +59,8 @@ def run_check(args: argparse.Namespace) -> int:
     stale = build.stale()
     ok &= _report("generated files up to date", len(stale), "\n".join(stale))
     rules, dashes = check.load_outputs()
-    exprs = [e for doc in rules for e in check.rule_exprs(doc)]
-    exprs += [e for d in dashes for e in check.dashboard_exprs(d)]
+    exprs = [e for doc in rules for e in rule_exprs(doc)]
+    exprs += [e for d in dashes for e in dashboard_exprs(d)]
     unknown = check.unknown_metrics(exprs, rules)
     ok &= _report(
         "metric names in the catalog", len(unknown), "\n".join(f"{w}: {n}" for w, n in unknown)

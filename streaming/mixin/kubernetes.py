@@ -83,8 +83,7 @@ def service_monitors(cfg: MixinConfig) -> list[dict[str, Any]]:
     (it scrapes pod addresses, which the certificate does not name)."""
     out = []
     for component, job in (("exporter", EXPORTER_JOB), ("agent", AGENT_JOB)):
-        port = "metrics"
-        endpoint: dict[str, Any] = {"port": port, "interval": "30s", "path": "/metrics"}
+        endpoint: dict[str, Any] = {"port": "metrics", "interval": "30s", "path": "/metrics"}
         if cfg.metrics_tls:
             endpoint["scheme"] = "https"
             endpoint["tlsConfig"] = {

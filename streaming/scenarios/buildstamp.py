@@ -8,11 +8,11 @@ reader never sees a half-built folder."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from streaming.cachedir import cache_dir
 from streaming.stack import artifacts
 
 MARKER = ".complete"
@@ -30,7 +30,7 @@ def digest(root: Path, files: Iterable[Path]) -> str:
 
 def keyed_dir(name: str, stamp: str) -> Path:
     """The cache folder of build ``name`` from sources with hash ``stamp``."""
-    return artifacts.cache_dir() / f"{name}-{stamp[:KEY_CHARS]}"
+    return cache_dir() / f"{name}-{stamp[:KEY_CHARS]}"
 
 
 def is_current(build_dir: Path, stamp: str) -> bool:
@@ -41,10 +41,7 @@ def is_current(build_dir: Path, stamp: str) -> bool:
 
 def start(build_dir: Path) -> Path:
     """An empty folder beside ``build_dir`` to build into (``finish`` moves it into place)."""
-    part = build_dir.with_name(f"{build_dir.name}.part-{os.getpid()}")
-    shutil.rmtree(part, ignore_errors=True)
-    part.mkdir(parents=True)
-    return part
+    return artifacts.part_dir(build_dir)
 
 
 def finish(part: Path, build_dir: Path, stamp: str) -> None:

@@ -2,7 +2,7 @@
 ``sarama-client`` (github.com/IBM/sarama) and ``franz-client`` (github.com/twmb/franz-go).
 
 ``ensure_built()`` runs ``go build`` into ``go-clients-<hash>/bin`` in the per-user cache
-(``artifacts.cache_dir()``), keyed by the hash of ``go.mod``, ``go.sum`` and the sources: a
+(``streaming.cachedir``), keyed by the hash of ``go.mod``, ``go.sum`` and the sources: a
 second run, from any checkout with the same sources, starts no ``go`` at all. The modules come
 from the Go module proxy into Go's own module and build caches (``go env GOMODCACHE GOCACHE``,
 per user), checked against ``go.sum``. ``python -m streaming.scenarios.goclients`` builds them

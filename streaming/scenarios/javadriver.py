@@ -3,7 +3,7 @@
 ``ensure_built()`` copies the pom's runtime jars with ``mvn dependency:copy-dependencies`` (into
 the same local Maven repository as the broker jars, so nothing is fetched twice) and compiles the
 driver with plain ``javac`` into ``java-driver-<hash>`` in the per-user cache
-(``artifacts.cache_dir()``), keyed by the hash of the pom and the sources: a second run, from
+(``streaming.cachedir``), keyed by the hash of the pom and the sources: a second run, from
 any checkout with the same sources, starts neither Maven nor javac.
 """
 

@@ -1,7 +1,7 @@
 """Install the Node.js scenario client (``deploy/local/node-clients``): ``kafkajs-client.js``.
 
 ``ensure_built()`` copies ``package.json``, ``package-lock.json`` and the script into
-``node-clients-<hash>`` in the per-user cache (``artifacts.cache_dir()``) and runs ``npm ci``
+``node-clients-<hash>`` in the per-user cache (``streaming.cachedir``) and runs ``npm ci``
 there (kafkajs from the npm registry through npm's own per-user cache, exactly as the lock file
 pins it), so ``node_modules`` never lands in the work tree. The folder is keyed by the hash of
 the three files: a second run, from any checkout with the same files, starts no ``npm``.

@@ -40,6 +40,14 @@ def repo_root() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2]
 
 
+def part_dir(out: Path) -> Path:
+    """An empty folder beside ``out`` to fill before ``swap_in`` moves it into place."""
+    part = out.with_name(f"{out.name}.part-{os.getpid()}")
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    return part
+
+
 def swap_in(part: Path, out: Path) -> None:
     """Replace folder ``out`` by the completed folder ``part`` (beside it) with renames only:
     a reader sees the old folder or the new one, never a half-filled one. When another
@@ -93,8 +101,7 @@ def ensure(group: str, quiet: bool = False) -> Path:
         raise ArtifactError("Maven ('mvn') is not on PATH; it is needed once to fetch the jars")
     # filled beside the folder, then swapped in: a checkout using the jars meanwhile never
     # sees a half-filled folder
-    part = out.with_name(f"{out.name}.part-{os.getpid()}")
-    shutil.rmtree(part, ignore_errors=True)
+    part = part_dir(out)
     (cache_dir() / "empty-repo").mkdir(parents=True, exist_ok=True)
     cmd = [
         mvn,

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from streaming.agent.config import AgentConfig
 from streaming.errors import ConfigError
+from streaming.exporter.config import DEFAULT_LISTEN
 from streaming.options import parse_pairs
 from streaming.stack import artifacts
 from streaming.stack.alertmanager import AlertmanagerServer, local_config
@@ -27,8 +29,8 @@ from streaming.stack.secure import create_topics_for_connmon, secure_for_connmon
 from streaming.stack.webhook import read_log
 
 # Default scrape targets: the agent's and the exporter's default /metrics addresses.
-DEFAULT_AGENT = "127.0.0.1:9852"
-DEFAULT_EXPORTER = "127.0.0.1:9853"
+DEFAULT_AGENT = AgentConfig.metrics_address
+DEFAULT_EXPORTER = DEFAULT_LISTEN
 NOTIFICATIONS = "notifications.jsonl"  # what the webhook receiver was sent
 
 

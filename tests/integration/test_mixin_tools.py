@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from streaming.mixin import build, check
+from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.mixin.promql import grafana_to_promql
 
 
@@ -72,8 +73,8 @@ def test_every_expression_parses_in_a_real_prometheus(prometheus_factory) -> Non
 
     prom = prometheus_factory({}, list(check.RULE_FILES))
     rules, dashes = check.load_outputs()
-    exprs = [e for doc in rules for e in check.rule_exprs(doc)]
-    exprs += [(w, grafana_to_promql(e)) for d in dashes for w, e in check.dashboard_exprs(d)]
+    exprs = [e for doc in rules for e in rule_exprs(doc)]
+    exprs += [(w, grafana_to_promql(e)) for d in dashes for w, e in dashboard_exprs(d)]
     errors = []
     for where, expr in exprs:
         try:

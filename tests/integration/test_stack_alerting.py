@@ -31,6 +31,7 @@ from exporter_feed import feed
 from job_helpers import wait_for
 
 from streaming.mixin import check
+from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.mixin.promql import grafana_to_promql, metric_names
 from streaming.stack.kafka import _alive
 from streaming.stack.ports import free_port
@@ -251,8 +252,8 @@ def _every_committed_query_has_data(prom: str) -> None:
     """Every committed rule expression and dashboard query runs; recording rules and panels
     return data (alert expressions are empty while their condition does not hold)."""
     rules, dashes = check.load_outputs()
-    exprs = [(w, e) for doc in rules for w, e in check.rule_exprs(doc)]
-    exprs += [(w, grafana_to_promql(e, "1m")) for d in dashes for w, e in check.dashboard_exprs(d)]
+    exprs = [(w, e) for doc in rules for w, e in rule_exprs(doc)]
+    exprs += [(w, grafana_to_promql(e, "1m")) for d in dashes for w, e in dashboard_exprs(d)]
     assert len(exprs) > 60
 
     def missing() -> list[str]:

@@ -14,6 +14,7 @@ from streaming.metricnames.connmon import AGGREGATE_METRICS, FINDING_METRICS
 from streaming.mixin import build, check
 from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT
+from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.mixin.promql import grafana_to_promql, metric_names
 from streaming.mixin.rules import DERIVED_METRICS, FAILING_HOSTS
 
@@ -105,8 +106,8 @@ def test_recording_rules_are_level_metric_operation() -> None:
 
 
 def _all_exprs() -> list[tuple[str, str]]:
-    exprs = [e for doc in RULES for e in check.rule_exprs(doc)]
-    return exprs + [e for d in DASHES for e in check.dashboard_exprs(d)]
+    exprs = [e for doc in RULES for e in rule_exprs(doc)]
+    return exprs + [e for d in DASHES for e in dashboard_exprs(d)]
 
 
 def test_every_queried_metric_is_in_the_catalog() -> None:
@@ -124,7 +125,7 @@ FIRED = "connmon_findings_fired_total"
 
 
 def _reads(dash: dict) -> set[str]:
-    return {n for _, e in check.dashboard_exprs(dash) for n in metric_names(e)}
+    return {n for _, e in dashboard_exprs(dash) for n in metric_names(e)}
 
 
 def test_every_recording_rule_is_read_by_the_fleet_dashboard_or_an_alert() -> None:
@@ -151,7 +152,7 @@ def test_the_fleet_dashboard_reads_only_roll_ups() -> None:
     assert reads and not reads & per_series
     assert check.per_series_reads(FLEET) == []
     assert reads - check.recorded_names(RULES) == {FIRED}
-    variables = [e for where, e in check.dashboard_exprs(FLEET) if "/$" in where]
+    variables = [e for where, e in dashboard_exprs(FLEET) if "/$" in where]
     assert len(variables) == 3
     assert all(metric_names(e) <= check.recorded_names(RULES) for e in variables)
 
