@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -127,3 +128,13 @@ def close_wait_in_netns(uid: int, app: str, why_root: str) -> Iterator[Holder]:
             holder.kill()
             holder.wait()
         _ip("netns", "del", name)
+
+
+def close_wait_leak(endpoint: str, app: str) -> subprocess.Popen:
+    """A process (``--app <app>`` in its command line) that connects to the broker at
+    ``endpoint`` and never reads or closes: once the broker reaps the idle connection, its
+    socket stays in CLOSE_WAIT."""
+    host, port = endpoint.rsplit(":", 1)
+    code = "import socket,sys,time; s=socket.create_connection((sys.argv[1], int(sys.argv[2])))"
+    return subprocess.Popen([sys.executable, "-c", code + "; time.sleep(900)", host, port,
+                             "--app", app])  # fmt: skip

@@ -5,7 +5,10 @@ pint and Grafana's dashboard-linter.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from streaming.mixin import build, check
 from streaming.mixin.exprs import dashboard_exprs, rule_exprs
@@ -117,15 +120,18 @@ def test_dashboard_linter_strict() -> None:
 
 
 def test_example_prometheus_config_loads_the_generated_rules(tmp_path) -> None:
-    """deploy/prometheus/prometheus.yml with the rule files installed as its comments say."""
+    """deploy/prometheus/prometheus.yml as committed, with the rule files installed at the
+    paths its rule_files names (as its comments say)."""
     import shutil
 
     from streaming.prometheus_bin import promtool
 
     shutil.copy(check.PROM_DIR / "prometheus.yml", tmp_path / "prometheus.yml")
-    (tmp_path / "connmon-rules.d").mkdir()
-    for path in check.RULE_FILES:
-        shutil.copy(path, tmp_path / "connmon-rules.d" / path.name)
+    rule_files = yaml.safe_load((check.PROM_DIR / "prometheus.yml").read_text())["rule_files"]
+    assert sorted(Path(r).name for r in rule_files) == sorted(p.name for p in check.RULE_FILES)
+    for rel in rule_files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(check.PROM_DIR / Path(rel).name, tmp_path / rel)
     rc, out = check._run([promtool(), "check", "config", str(tmp_path / "prometheus.yml")])
     assert rc == 0, out
     alerts, recording = _rule_counts()

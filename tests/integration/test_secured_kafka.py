@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_helpers import close_wait_leak
 from job_helpers import wait_for
 
 from streaming.stack.kafka import KafkaCluster
@@ -136,17 +137,6 @@ def _metrics(listen: str) -> str:
         return ""
 
 
-def _leak(cluster: KafkaCluster) -> subprocess.Popen:
-    """A process that connects to the broker and never reads or closes: once the broker
-    closes the idle connection, its socket stays in CLOSE_WAIT."""
-    host, port = cluster.nodes[0].endpoint.rsplit(":", 1)
-    code = (
-        "import socket,sys,time; s=socket.create_connection((sys.argv[1], int(sys.argv[2]))); "
-        "time.sleep(600)"
-    )
-    return subprocess.Popen([sys.executable, "-c", code, host, port, "--app", LEAKER])
-
-
 def test_connmon_finds_a_close_wait_leak_with_only_its_acls(secured, tmp_path) -> None:
     cluster, clients = secured
     agent_metrics, exporter_listen = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -155,7 +145,7 @@ def test_connmon_finds_a_close_wait_leak_with_only_its_acls(secured, tmp_path) -
     )
     job_cfg = _job_config(tmp_path, cluster, _settings(clients, "job"))
     cli = [sys.executable, "-m", "streaming"]
-    leak = _leak(cluster)
+    leak = close_wait_leak(cluster.nodes[0].endpoint, LEAKER)
     procs = [
         _spawn([*cli, "agent", "--config", str(agent_cfg)], tmp_path / "agent.log"),
         _spawn([*cli, "job", "--config", str(job_cfg)], tmp_path / "job.log"),

@@ -20,13 +20,12 @@ import json
 import os
 import subprocess
 import sys
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from agent_helpers import close_wait_leak
 from exporter_feed import feed
 from job_helpers import wait_for
 
@@ -35,6 +34,8 @@ from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.mixin.promql import grafana_to_promql, metric_names
 from streaming.stack.kafka import _alive
 from streaming.stack.ports import free_port
+from streaming.stack.prometheus import PrometheusServer
+from streaming.stack.webhook import read_log
 from streaming.topics.spec import DEFAULT_NAMES
 
 pytestmark = pytest.mark.integration
@@ -46,11 +47,6 @@ CLI = [sys.executable, "-m", "streaming"]
 # Counters with a label per cause exist only once something happened: on a healthy stack their
 # panels are empty. Every other panel and recording rule must show data.
 EMPTY_WHEN_HEALTHY = {"connmon_agent_events_dropped_total": "no event was dropped"}
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.load(r)
 
 
 class Stack:
@@ -123,32 +119,6 @@ def _job_config(d: Path, bootstrap: str) -> Path:
     return path
 
 
-def _leak(endpoint: str) -> subprocess.Popen:
-    """Connects to the broker and never reads or closes: once the broker closes the idle
-    connection, the socket stays in CLOSE_WAIT."""
-    host, port = endpoint.rsplit(":", 1)
-    code = "import socket,sys,time; s=socket.create_connection((sys.argv[1], int(sys.argv[2]))); "
-    code += "time.sleep(900)"
-    return subprocess.Popen([sys.executable, "-c", code, host, port, "--app", LEAKER])
-
-
-def _query(prom: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    body = _get(url)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
-def _alerts(prom: str) -> list[dict[str, Any]]:
-    return _get(f"{prom}/api/v1/alerts")["data"]["alerts"]
-
-
-def _notifications(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-
-
 def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_down(
     tmp_path,
 ) -> None:
@@ -161,22 +131,23 @@ def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_do
     leak = None
     try:
         status = stack.status()
-        bootstrap, prom = status["bootstrap_servers"], status["prometheus"]["url"]
+        bootstrap = status["bootstrap_servers"]
         state = json.loads((tmp_path / "stack" / "state.json").read_text())
+        prom = PrometheusServer(port=state["prometheus"]["port"])  # the stack's, as a client
         hook_log = Path(state["webhook"]["log"])
         assert status["alertmanager"]["up"] and status["webhook"]["up"], status
         # The rules Prometheus runs are the committed files, not a rendering of them.
-        config = yaml.safe_load(_get(f"{prom}/api/v1/status/config")["data"]["yaml"])
+        config = yaml.safe_load(prom.api("status/config")["yaml"])
         assert {Path(f) for f in config["rule_files"]} == {p.resolve() for p in check.RULE_FILES}
 
         def sent_to() -> list[str]:
-            found = _get(f"{prom}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]
+            found = prom.api("alertmanagers")["activeAlertmanagers"]
             return [a["url"] for a in found]
 
         expected = [f"{status['alertmanager']['url']}/api/v2/alerts"]
         wait_for("Prometheus to find the stack's Alertmanager", lambda: sent_to() == expected, 30)
 
-        leak = _leak(status["brokers"][0]["endpoint"])
+        leak = close_wait_leak(status["brokers"][0]["endpoint"], LEAKER)
         agent_cfg = _agent_config(tmp_path, bootstrap, stack.agent_metrics)
         stack.spawn("agent", "agent", "--config", str(agent_cfg))
         stack.spawn("job", "job", "--config", str(_job_config(tmp_path, bootstrap)))
@@ -195,8 +166,8 @@ def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_do
         # Prometheus starts before the components: their targets are down until they serve.
         # Once both are up, no down alert may be pending or firing while they run.
         def up_and_quiet() -> bool:
-            up = {r["metric"]["job"] for r in _query(prom, "up == 1")}
-            down = [a for a in _alerts(prom) if a["labels"]["alertname"] in DOWN_ALERTS]
+            up = {r["metric"]["job"] for r in prom.query("up == 1")}
+            down = [a for a in prom.alerts() if a["labels"]["alertname"] in DOWN_ALERTS]
             return {"connmon-agent", "connmon-exporter"} <= up and not down
 
         wait_for("the agent's and the exporter's targets up", up_and_quiet, 120, stack.logs)
@@ -205,9 +176,9 @@ def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_do
         def delivered() -> list[dict[str, Any]]:
             dead = [n for n, p in stack.procs.items() if p.poll() is not None]
             assert not dead, f"{dead} exited: {stack.logs()}"
-            seen_down.extend(a for a in _alerts(prom) if a["labels"]["alertname"] in DOWN_ALERTS)
+            seen_down.extend(a for a in prom.alerts() if a["labels"]["alertname"] in DOWN_ALERTS)
             return [
-                n for n in _notifications(hook_log)
+                n for n in read_log(hook_log)
                 if n["groupLabels"].get("alertname") == "ConnMonCloseWaitBuildup"
                 and n["groupLabels"].get("app") == LEAKER
             ]  # fmt: skip
@@ -230,7 +201,7 @@ def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_do
             stack.stop(name)
 
             def pending(alertname: str = alertname) -> list[dict[str, Any]]:
-                return [a for a in _alerts(prom) if a["labels"]["alertname"] == alertname]
+                return [a for a in prom.alerts() if a["labels"]["alertname"] == alertname]
 
             down = wait_for(f"{alertname} after stopping the {name}", pending, 60)
             assert down[0]["state"] == "pending"
@@ -248,7 +219,7 @@ def test_committed_rules_and_routes_deliver_a_real_leak_and_see_components_go_do
     assert not any(_alive(p) for p in pids)
 
 
-def _every_committed_query_has_data(prom: str) -> None:
+def _every_committed_query_has_data(prom: PrometheusServer) -> None:
     """Every committed rule expression and dashboard query runs; recording rules and panels
     return data (alert expressions are empty while their condition does not hold)."""
     rules, dashes = check.load_outputs()
@@ -262,7 +233,7 @@ def _every_committed_query_has_data(prom: str) -> None:
             for w, e in exprs
             if "/ConnMon" not in w
             and not metric_names(e) & EMPTY_WHEN_HEALTHY.keys()
-            and not _query(prom, e)
+            and not prom.query(e)
         ]
 
     # Roll-ups are evaluated once a minute and rates need two scrapes: wait for them.
