@@ -5,7 +5,9 @@ seen from both ends: a listener configured as a broker endpoint and as a listene
 from __future__ import annotations
 
 import os
+import re
 import socket
+import sys
 import time
 
 from streaming.agent import config
@@ -31,7 +33,8 @@ def _agent(port: int) -> tuple[Agent, ListSink, AgentMetrics]:
             "clusters": [
                 {"name": "lo", "endpoints": [f"7@127.0.0.1:{port}"], "listener_ports": [port]}
             ],
-            "apps": [{"match": "pytest", "name": "agent-it"}],
+            # this interpreter, whether pytest runs the test or one of its xdist workers does
+            "apps": [{"match": re.escape(sys.executable), "name": "agent-it"}],
             "summary_interval_s": 3600,
             "host": "it-host",
         },
