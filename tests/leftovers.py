@@ -33,7 +33,7 @@ class Leftover:
 
 
 def new_token() -> str:
-    """A fresh marker value for one session (or one xdist worker)."""
+    """A fresh marker value for one test session."""
     return uuid.uuid4().hex
 
 

@@ -33,7 +33,7 @@ def _agent(port: int) -> tuple[Agent, ListSink, AgentMetrics]:
             "clusters": [
                 {"name": "lo", "endpoints": [f"7@127.0.0.1:{port}"], "listener_ports": [port]}
             ],
-            # this interpreter, whether pytest runs the test or one of its xdist workers does
+            # this interpreter, whatever command line started it
             "apps": [{"match": re.escape(sys.executable), "name": "agent-it"}],
             "summary_interval_s": 3600,
             "host": "it-host",
