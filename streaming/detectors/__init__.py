@@ -87,8 +87,15 @@ def detect_all(
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
             if kind not in _OWN_LIBRARY_ADVICE:
+                # A known bug of the client's release may show as one kind of storm only.
+                why = connection_storm.cause(agg, cfg) if kind == connection_storm.KIND else None
                 extra = library_advice(
-                    kind, f.side, f.client_library, f.client_version, f.client_library_evidence
+                    kind,
+                    f.side,
+                    f.client_library,
+                    f.client_version,
+                    f.client_library_evidence,
+                    storm_cause=why,
                 )
                 if extra:
                     f.recommendation = f"{f.recommendation} {extra}"

@@ -1,5 +1,6 @@
 """Advice specific to the client library the agent identified (``client_library`` and its
-version), appended after a finding's generic recommendation.
+version), appended after a finding's generic recommendation: the library's own settings and
+behaviour, then any known bug of the identified release (``known_issues``).
 
 Every statement here is backed by the library's own documentation, source or issue tracker;
 docs/client-libraries.md lists them with links. Pure functions, no I/O.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from streaming.detectors.known_issues import KnownIssue, at_least, dotted, known_issues
 from streaming.schema.clients import (
     CLIENT_LIBRARIES,
     OTHER_VERSION,
@@ -51,19 +53,6 @@ def library_name(library: str | None, version: str | None) -> str:
     return f"{display} {shown}" if shown else display
 
 
-def at_least(version: Version, fixed: tuple[int, ...]) -> bool | None:
-    """True when ``version`` >= ``fixed`` (missing parts count as 0: 1.48 == 1.48.0), False
-    when older, None when the version is unknown."""
-    if version is None:
-        return None
-    width = max(len(version), len(fixed))
-    return version + (0,) * (width - len(version)) >= fixed + (0,) * (width - len(fixed))
-
-
-def _dotted(v: tuple[int, ...]) -> str:
-    return ".".join(str(x) for x in v)
-
-
 def _cap(name: str) -> str:
     """A library name at the start of a sentence ('the Java client ...' -> 'The ...'); library
     names spelled in lower case (librdkafka, franz-go) stay so."""
@@ -86,10 +75,10 @@ _SARAMA_NO_IDLE = (
 
 
 def _sarama_close_wait(name: str, v: Version) -> str:
-    fixed = _dotted(SARAMA_LEAKS_FIXED_IN)
+    fixed = dotted(SARAMA_LEAKS_FIXED_IN)
     ok = at_least(v, SARAMA_LEAKS_FIXED_IN)
     refs = [(at, ref) for at, ref in SARAMA_LEAK_FIXES if not ok and not at_least(v, at)]
-    listed = ", ".join(f"{_dotted(at)} ({ref})" for at, ref in refs)
+    listed = ", ".join(f"{dotted(at)} ({ref})" for at, ref in refs)
     if ok is None:
         first = f"Sarama fixed connection leaks in {listed}: upgrade to >= {fixed} if older."
     elif ok:
@@ -234,7 +223,7 @@ _RDK_HANDLES = (
 
 
 def _librdkafka_duplicates(name: str, v: Version) -> str:
-    fixed = _dotted(LIBRDKAFKA_CLOSES_BOOTSTRAP)
+    fixed = dotted(LIBRDKAFKA_CLOSES_BOOTSTRAP)
     ok = at_least(v, LIBRDKAFKA_CLOSES_BOOTSTRAP)
     if ok is None:
         return (
@@ -303,7 +292,7 @@ KAFKAJS_FETCH_CONNECTION = (2, 0, 0)
 
 
 def _kafkajs_duplicates(name: str, v: Version) -> str:
-    since = _dotted(KAFKAJS_FETCH_CONNECTION)
+    since = dotted(KAFKAJS_FETCH_CONNECTION)
     ok = at_least(v, KAFKAJS_FETCH_CONNECTION)
     if ok is None:
         per_broker = (
@@ -388,7 +377,7 @@ KAFKA_PYTHON_BACKOFF_MAX_30S = (2, 0, 4)
 
 
 def _kafka_python_storm(name: str, v: Version) -> str:
-    since = _dotted(KAFKA_PYTHON_BACKOFF_MAX_30S)
+    since = dotted(KAFKA_PYTHON_BACKOFF_MAX_30S)
     ok = at_least(v, KAFKA_PYTHON_BACKOFF_MAX_30S)
     reuse = "reuse one KafkaProducer instead of one per request."
     if ok is None:
@@ -538,19 +527,50 @@ RULES: dict[str, dict[str, Rule]] = {
 }
 
 
+def known_issue_sentence(issue: KnownIssue) -> str:
+    """'Known issue in librdkafka 2.10.0, fixed in 2.10.1: <what the bug does> (<link>).'"""
+    display = _DISPLAY[issue.library]
+    package = _PACKAGE.get(issue.library)
+    span = issue.span()
+    name = f"{display} ({package} {span})" if package else f"{display} {span}"
+    return f"Known issue in {name}, fixed in {dotted(issue.fixed)}: {issue.what} ({issue.link})."
+
+
+def known_issue_advice(
+    kind: str,
+    library: str | None,
+    version: str | None,
+    evidence: str | None = None,
+    storm_cause: str | None = None,
+) -> str:
+    """A sentence per known bug of the identified release that a finding of ``kind`` may show
+    (``known_issues.known_issues``); "" when there is none."""
+    found = known_issues(kind, library, version, evidence, storm_cause)
+    return " ".join(known_issue_sentence(issue) for issue in found)
+
+
 def library_advice(
-    kind: str, side: str, library: str | None, version: str | None, evidence: str | None = None
+    kind: str,
+    side: str,
+    library: str | None,
+    version: str | None,
+    evidence: str | None = None,
+    storm_cause: str | None = None,
 ) -> str:
     """One or two sentences specific to the identified library for a finding of ``kind``
-    (streaming.schema.findings.KINDS); "" when the library is unknown, not proven in use
-    (``evidence`` "installed": a package beside the process says nothing of what it runs) or
-    has nothing specific to say. Settings named exactly as the library spells them, with
-    defaults; fixed releases cited."""
+    (streaming.schema.findings.KINDS), then one per known bug of the identified release
+    (``known_issue_advice``; a connection_storm finding's ``storm_cause`` narrows them); ""
+    when the library is unknown, not proven in use (``evidence`` "installed": a package beside
+    the process says nothing of what it runs) or has nothing specific to say. Settings named
+    exactly as the library spells them, with defaults; fixed releases cited."""
     if side != "client" or library not in CLIENT_LIBRARIES or not proven(evidence):
         return ""
     rule = RULES.get(kind, {}).get(library)
     if rule is None:
-        return ""
-    if isinstance(rule, str):
-        return rule
-    return rule(library_name(library, version), version_tuple(version))
+        own = ""
+    elif isinstance(rule, str):
+        own = rule
+    else:
+        own = rule(library_name(library, version), version_tuple(version))
+    known = known_issue_advice(kind, library, version, evidence, storm_cause)
+    return " ".join(text for text in (own, known) if text)

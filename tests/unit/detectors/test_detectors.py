@@ -407,6 +407,25 @@ def test_healthy_consumer_window_has_no_finding():
     assert detect_all(agg, DEFAULT) == {}
 
 
+@pytest.mark.parametrize(
+    ("version", "closes_local", "closes_peer", "named"),
+    [
+        ("3.0.0", 3, 115, True),  # in 2.7.0-3.2.3, the broker closes: the known bug's storm
+        ("3.0.0", 115, 3, False),  # in range, but the client closes: another cause
+        ("3.3.0", 3, 115, False),  # the release that fixed it
+    ],
+)
+def test_a_storm_names_a_known_bug_of_the_release_only_for_the_cause_it_shows(
+    version, closes_local, closes_peer, named
+):
+    agg = make_agg(
+        opens=120, short_lived=118, closes_local=closes_local, closes_peer=closes_peer,
+        client_library="java", client_version=version, client_library_evidence="loaded",
+    )  # fmt: skip
+    f = detect_all(agg, DEFAULT)["connection_storm"]
+    assert ("https://issues.apache.org/jira/browse/KAFKA-13879" in f.recommendation) == named
+
+
 def test_detect_all_maps_each_kind_to_its_finding():
     agg = make_agg(close_wait_count=25, close_wait_oldest_age_s=400.0, time_wait_count=250)
     found = detect_all(agg, DEFAULT)
