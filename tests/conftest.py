@@ -17,9 +17,10 @@ import pytest
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
 # Every JVM a test starts (Kafka brokers, Spark, the Java client driver) lives for seconds to a
 # few minutes and handles little data: HotSpot's optimising compiler (C2) would spend more CPU
-# compiling than it saves. Stopping at the quick compiler cut the CPU of the test files measured
-# by 34-41% on 2 cores (README, "Tests"); it changes how fast code runs, never what it does.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+# compiling than it saves, and G1's concurrent threads more than the serial collector on heaps
+# this small. Both cut the CPU of the test files measured (README, "Tests"); they change how fast
+# code runs, never what it does.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _TOKEN = pytest.StashKey[str]()
 _FOUND = pytest.StashKey[str]()
 

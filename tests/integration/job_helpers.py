@@ -26,6 +26,9 @@ from streaming.topics.spec import PARTIALS_MAX_BYTES
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "events"
 REPO = Path(__file__).parents[2]
 CONNMON = str(REPO / ".venv" / "bin" / "connmon")
+# The job's trigger in these tests. Each micro-batch costs Spark a fixed share of a core whatever
+# it carries; at 1 s the batches of two queries kept a core busy while the tests waited.
+TRIGGER = "2s"
 
 
 def _generator() -> ModuleType:
@@ -75,7 +78,7 @@ class Topics:
             status_topic=self.status,
             partials_topic=self.partials,
             state_buckets=16,  # a few series each: each bucket costs a Python call per batch
-            trigger="1s",
+            trigger=TRIGGER,
             starting_offsets="earliest",
             shuffle_partitions=2,
         )
@@ -88,7 +91,7 @@ class Topics:
             "--aggregates-topic", self.aggregates, "--findings-topic", self.findings,
             "--deadletter-topic", self.deadletter, "--status-topic", self.status,
             "--partials-topic", self.partials, "--state-buckets", "16",
-            "--trigger", "1s", "--starting-offsets", "earliest", "--shuffle-partitions", "2",
+            "--trigger", TRIGGER, "--starting-offsets", "earliest", "--shuffle-partitions", "2",
         ]  # fmt: skip
 
 

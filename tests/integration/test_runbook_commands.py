@@ -29,7 +29,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from job_helpers import CONNMON, Topics, _kill_group, consume_all, lines, produce, recording
+from job_helpers import (
+    CONNMON,
+    TRIGGER,
+    Topics,
+    _kill_group,
+    consume_all,
+    lines,
+    produce,
+    recording,
+)
 
 from streaming.cli import build_parser
 from streaming.job.checkpoint import STATE_QUERY, recorded_shuffle_partitions
@@ -338,7 +347,7 @@ def test_the_lagging_jobs_remedy_moves_to_a_new_checkpoint_with_8_partitions(
         "bootstrap_servers": t.bootstrap, "master": "local[2]", "events_topic": t.events,
         "aggregates_topic": t.aggregates, "findings_topic": t.findings,
         "deadletter_topic": t.deadletter, "status_topic": t.status,
-        "partials_topic": t.partials, "state_buckets": 16, "trigger": "1s",
+        "partials_topic": t.partials, "state_buckets": 16, "trigger": TRIGGER,
         "starting_offsets": "earliest",
     }  # fmt: skip
     config.write_text(yaml.safe_dump({"job": job}))
