@@ -44,7 +44,7 @@ from streaming.job.records import to_aggregates
 from streaming.job.sinks import dumps
 from streaming.job.tracker import Tracker
 from streaming.schema.aggregates import Aggregate
-from streaming.schema.status import INTERNAL_ERROR, dead_letter, error_detail
+from streaming.schema.status import INTERNAL_ERROR, STATE_UNREADABLE, dead_letter, error_detail
 from streaming.schema.times import iso, iso_now
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ STATE_SCHEMA = "state binary"
 # (level 1, through pyarrow, which the executors load anyway). On this JSON zstd takes about half
 # of zlib's CPU both ways and its output is a quarter smaller.
 _LENGTH = 8
+_MAX_JSON = 1 << 31  # a length beyond this is not a saved bucket's
 
 
 @functools.cache
@@ -77,6 +78,8 @@ def compress(raw: bytes) -> bytes:
 def decompress(blob: bytes) -> bytes:
     """The JSON of a saved bucket."""
     size = int.from_bytes(blob[:_LENGTH], "little")
+    if len(blob) <= _LENGTH or size > _MAX_JSON:
+        raise ValueError(f"not a saved bucket: {len(blob)} bytes, length field {size}")
     return _zstd().decompress(memoryview(blob)[_LENGTH:], decompressed_size=size, asbytes=True)
 
 
@@ -162,6 +165,9 @@ class Bucket:
         self.tracker = Tracker(cfg, clock)
         self.applied: Applied | None = None  # the newest ingest batch it applied
         self.timer_ms: int | None = None  # the event-time timer set in Spark (watermark, ms)
+        # the window boundary (s) of a time step that failed (a bug, set aside as a dead
+        # letter): it and the boundaries before it count as judged
+        self.failed_s: float | None = None
 
     @classmethod
     def load(
@@ -175,6 +181,7 @@ class Bucket:
             applied = doc["applied"]
             b.applied = None if applied is None else Applied(*applied)
             b.timer_ms = doc["timer_ms"]
+            b.failed_s = doc.get("failed_s")
         return b
 
     def dump(self) -> bytes:
@@ -184,6 +191,8 @@ class Bucket:
             "applied": None if self.applied is None else dataclasses.astuple(self.applied),
             "timer_ms": self.timer_ms,
         }
+        if self.failed_s is not None:
+            doc["failed_s"] = self.failed_s
         return compress(orjson.dumps(doc))
 
     def empty(self) -> bool:
@@ -198,6 +207,13 @@ class Bucket:
         the fleet's event time before it; then move the fleet's event time on to ``fleet_s``
         (from Spark's watermark; None before it has one): windows close, findings of quiet
         series resolve. Without records (a timer), only the latter."""
+        em = self.apply_records(records)
+        self._advance(fleet_s, em)
+        return em
+
+    def apply_records(self, records: Iterable[Record]) -> Emitted:
+        """``process`` but the last step: the records, each ingest batch after the time step
+        to the fleet's time before it."""
         em = Emitted()
         ordered = sorted(records, key=lambda r: (r.batch, r.part))
         for batch, group in itertools.groupby(ordered, key=lambda r: r.batch):
@@ -215,7 +231,6 @@ class Bucket:
             rows = [orjson.loads(line) for r in new for line in r.rows.split("\n")]
             self._apply(rows, new[0].now, self.applied.newest_before, em)
             self.applied.parts.extend(r.part for r in new)
-        self._advance(fleet_s, em)
         return em
 
     def _seen(self, r: Record) -> bool:
@@ -228,9 +243,23 @@ class Bucket:
         """The fleet's event time moved on to ``fleet_s``: once it is in a later window than
         the findings were last judged in, windows close, quiet series' findings resolve."""
         self.windows.advance(fleet_s)
-        end = self._fleet_end()
-        if end is not None and (self.tracker.max_window_end or "") < end:
+        boundary = self._next_boundary()
+        if boundary is None or (self.failed_s is not None and boundary <= self.failed_s):
+            return
+        if (self.tracker.max_window_end or "") < iso(boundary):
             self._apply([], None, "own", em)
+        self.failed_s = None
+
+    def step_boundary(self, fleet_s: float | None) -> float | None:
+        """The window boundary that moving the fleet's time on to ``fleet_s`` judges up to
+        (``_advance``), without moving it."""
+        t = self.windows.max_event_s
+        if fleet_s is not None and (t is None or fleet_s > t):
+            t = fleet_s
+        if t is None:
+            return None
+        w = self.cfg.window_s
+        return (math.floor(t / w) + 1) * w
 
     def _apply(
         self,
@@ -284,10 +313,13 @@ class Bucket:
     def next_timer_ms(self) -> int | None:
         """When Spark should call this bucket without rows: once the watermark says the fleet's
         event time passed the next window boundary (windows close, stale findings resolve,
-        history expires); None when the bucket holds nothing."""
+        history expires); None when the bucket holds nothing. After a time step failed, not
+        before its boundary: the watermark passed the boundaries before it."""
         end = self._next_boundary()
         if end is None or self.empty():
             return None
+        if self.failed_s is not None and end < self.failed_s:
+            end = self.failed_s
         return int(round(end * 1000))
 
 
@@ -300,34 +332,85 @@ def process_or_set_aside(
     latest_only: bool,
     where: str,
 ) -> tuple[Bucket, Emitted]:
-    """``Bucket.process`` on the bucket ``saved``, such that no record can stop the job: when
-    processing fails (a bug), the records are applied again one by one from the saved state,
-    and each one that fails is left out and becomes an ``internal_error`` dead letter (its rows
-    as ``raw``, the exception as ``detail``). A failure with no record to blame leaves the
-    state as it was. ``where`` names the bucket in dead-letter keys and the log;
-    ``latest_only``: of each series only its newest aggregate (for a compacted topic)."""
-    bucket = Bucket.load(saved, cfg, clock)
+    """``Bucket.process`` on the bucket ``saved``, such that neither a record nor the bucket's
+    state can stop the job. ``where`` names the bucket in dead-letter keys and the log;
+    ``latest_only``: of each series only its newest aggregate (for a compacted topic).
+
+    A saved state that cannot be read is set aside (``load_or_set_aside``) and the bucket
+    starts empty. When processing fails (a bug), it is done again step by step from the saved
+    state: each record, and each time step (the fleet's time moving on to a later window:
+    windows close, findings resolve), on its own. A record that fails is left out and becomes
+    an ``internal_error`` dead letter (its rows as ``raw``, the exception as ``detail``, key
+    ``<where>:<batch>:<part>``); a time step that fails becomes one (key
+    ``<where>:time:<window boundary>``, no ``raw``), the bucket keeps what it was before the
+    step and counts the boundary as judged (``Bucket.failed_s``): the next boundary is tried
+    as usual, this one never again."""
+    bucket, letter = load_or_set_aside(saved, cfg, clock, where)
     try:
         em = bucket.process(records, fleet_s)
     except Exception:
-        log.exception("%s: processing failed; applying its records one by one", where)
+        log.exception("%s: processing failed; doing it again step by step", where)
     else:
+        if letter is not None:
+            em.dead_letters.insert(0, letter)
         return bucket, _latest(em) if latest_only else em
-    bucket = Bucket.load(saved, cfg, clock)
+    bucket = Bucket.load(None if letter is not None else saved, cfg, clock)
     em = Emitted()
-    for r in sorted(records, key=lambda r: (r.batch, r.part)) or [None]:
+    if letter is not None:
+        em.dead_letters.append(letter)
+    for r in sorted(records, key=lambda r: (r.batch, r.part)):
+        if not bucket._seen(r) and (bucket.applied is None or bucket.applied.batch != r.batch):
+            bucket = _step_or_set_aside(bucket, r.fleet, em, where)
         before = bucket.dump()
         try:
-            em.absorb(bucket.process([] if r is None else [r], fleet_s))
+            em.absorb(bucket.apply_records([r]))
         except Exception as exc:
             bucket = Bucket.load(before, cfg, clock)
-            key = f"{where}:timer" if r is None else f"{where}:{r.batch}:{r.part}"
-            raw = None if r is None else r.rows.encode()
-            log.error("%s: set aside as a dead letter: %s", key, error_detail(exc))
-            em.dead_letters.append(
-                (key, dead_letter(INTERNAL_ERROR, error_detail(exc), raw, iso_now()))
-            )
+            _set_aside(em, f"{where}:{r.batch}:{r.part}", INTERNAL_ERROR, exc, r.rows.encode())
+    bucket = _step_or_set_aside(bucket, fleet_s, em, where)
     return bucket, _latest(em) if latest_only else em
+
+
+def _step_or_set_aside(bucket: Bucket, fleet_s: float | None, em: Emitted, where: str) -> Bucket:
+    """The fleet's time moved on to ``fleet_s`` (``Bucket._advance``); should that fail, the
+    bucket as it was before, its step's boundary counted as judged, and a dead letter."""
+    before = bucket.dump()
+    step = Emitted()
+    try:
+        bucket._advance(fleet_s, step)
+    except Exception as exc:
+        bucket = Bucket.load(before, bucket.cfg, bucket.tracker.clock)
+        boundary = bucket.step_boundary(fleet_s)
+        if boundary is not None:
+            bucket.failed_s = boundary
+        key = f"{where}:time:{'none' if boundary is None else iso(boundary)}"
+        _set_aside(em, key, INTERNAL_ERROR, exc, None)
+        return bucket
+    em.absorb(step)
+    return bucket
+
+
+def load_or_set_aside(
+    saved: bytes | None,
+    cfg: DetectorConfig,
+    clock: Callable[[Aggregate], str],
+    where: str,
+) -> tuple[Bucket, tuple[str, dict[str, Any]] | None]:
+    """``Bucket.load``; a saved state it cannot read (corrupt bytes, a document of another
+    version) gives an empty bucket and a ``state_unreadable`` dead letter (key
+    ``<where>:state``) carrying the saved bytes as ``raw`` and the error as ``detail``."""
+    try:
+        return Bucket.load(saved, cfg, clock), None
+    except Exception as exc:
+        log.exception("%s: its saved state cannot be read; it starts empty", where)
+        em = Emitted()
+        _set_aside(em, f"{where}:state", STATE_UNREADABLE, exc, saved)
+        return Bucket(cfg, clock), em.dead_letters[0]
+
+
+def _set_aside(em: Emitted, key: str, reason: str, exc: Exception, raw: bytes | None) -> None:
+    log.error("%s: set aside as a dead letter (%s): %s", key, reason, error_detail(exc))
+    em.dead_letters.append((key, dead_letter(reason, error_detail(exc), raw, iso_now())))
 
 
 def _latest(em: Emitted) -> Emitted:
@@ -393,8 +476,16 @@ def make_processor(
             initialState: Any,  # noqa: N803
             timerValues: Any,  # noqa: N803
         ) -> None:
-            """A bucket a migration saved (``migrate``): kept as it is, with its timer."""
-            bucket = Bucket.load(bytes(initialState.state), cfg, clock)
+            """A bucket a migration saved (``migrate``): kept as it is, with its timer. One
+            this cannot read is kept as it is too, without a timer: the bucket's next rows set
+            it aside (``load_or_set_aside``) and count it."""
+            blob = bytes(initialState.state)
+            try:
+                bucket = Bucket.load(blob, cfg, clock)
+            except Exception:
+                log.exception("bucket %s: the state migrated cannot be read", key[0])
+                self.state.update((blob,))
+                return
             bucket.timer_ms = bucket.next_timer_ms()
             if bucket.timer_ms is not None:
                 self.handle.registerTimer(bucket.timer_ms)

@@ -160,7 +160,8 @@ JOB_METRICS: tuple[Metric, ...] = (
         "connmon_job_internal_errors_total",
         "counter",
         "Records the job's own code failed on and set aside as dead letters (reason "
-        "internal_error) instead of stopping, since the job started: each is a bug to report.",
+        "internal_error, or state_unreadable for a state bucket it could not read) instead of "
+        "stopping, since the job started: each is a bug to report.",
     ),
     _job(
         "connmon_job_input_lost_records_total",

@@ -226,7 +226,8 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             "The connmon job set aside records its own code failed on.",
             "Query {{ $labels.query }} of job {{ $labels.job_id }} failed on "
             "{{ $value | humanize }} record(s) in the last " + w + " and wrote them to the "
-            "dead-letter topic with reason internal_error instead of stopping: a bug in connmon.",
+            "dead-letter topic with reason internal_error (state_unreadable for a bucket's "
+            "saved state it could not read) instead of stopping: a bug in connmon.",
             "warning",
         ),
         _alert(

@@ -10,6 +10,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 INTERNAL_ERROR = "internal_error"  # a record the job's own code failed on (a bug), set aside
+STATE_UNREADABLE = "state_unreadable"  # a bucket's saved state the job cannot read, set aside
 SKIPPED = "skipped"  # a record the operator told the job to skip (``connmon job --skip-offsets``)
 DEAD_LETTER_RAW_BYTES = 4096  # dead letters carry this much of the record, plus size and hash
 # In the order they are tested (streaming.schema.validate).
@@ -28,6 +29,7 @@ DEADLETTER_REASONS = (
     "time_out_of_range",
     SKIPPED,
     INTERNAL_ERROR,
+    STATE_UNREADABLE,
 )
 
 
@@ -83,7 +85,8 @@ class JobStatus:
     # "skewed_events_total", "late_events_total"}], the most skewed first
     hosts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     # records the job's own code failed on and set aside as dead letters (reason
-    # internal_error), since the job started: each is a bug to report
+    # internal_error, or state_unreadable for a state bucket it could not read), since the job
+    # started: each is a bug to report
     internal_errors_total: int = 0
     # records of the query's input not yet read when the batch was planned (None: unknown)
     offsets_behind: int | None = None

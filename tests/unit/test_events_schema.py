@@ -129,8 +129,10 @@ def test_validate_rejects_each_hostile_shape_with_its_reason(
 
 
 def test_every_reason_has_a_hostile_example_and_the_order_is_documented() -> None:
-    # The job's own reasons: a record its operator skips, one its code fails on (a bug).
-    reasons = {h[2] for h in HOSTILE} | {"time_out_of_range", "skipped", "internal_error"}
+    # The job's own reasons: a record its operator skips, one its code fails on (a bug), a
+    # bucket's saved state it cannot read.
+    job = {"skipped", "internal_error", "state_unreadable"}
+    reasons = {h[2] for h in HOSTILE} | {"time_out_of_range"} | job
     assert reasons == set(DEADLETTER_REASONS)
     job_md = (DOCS / "job.md").read_text()
     for reason in DEADLETTER_REASONS:
