@@ -13,6 +13,7 @@ watermark (the window was closed and evicted).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from streaming.job.clocks import bounded
 from streaming.schema.aggregates import SERIES_FIELDS, key_part
+from streaming.schema.clients import LIBRARY_EVIDENCE, UNKNOWN_LIBRARY, version_tuple
 from streaming.schema.events import STATE_NAMES
 
 # Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
@@ -40,17 +42,15 @@ STATE_DETAIL = {
 SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
 SERIES = SERIES_FIELDS
 
+# The client library's identity: which library, its version, how the agent knows it, and the
+# process's role among Kafka's own (the agent identifies all four of a process at once, and
+# names a summary's by one vote over the four). Merged as one value, never field by field
+# (``identity_rank``): two processes of a series would otherwise make a pair neither is.
+IDENTITY_FIELDS = ("client_library", "client_version", "client_library_evidence", "process_role")
 MAX_FIELDS = (
     "last_event_s",
     "broker_id",
     "broker_endpoint",
-    "client_library",
-    "client_version",
-    # Two processes of a series that disagree keep the larger name: "installed" loses to
-    # "loaded" and "runtime", and wins against "classpath" and "declared" (no advice, the safe
-    # side).
-    "client_library_evidence",
-    "process_role",
     # Processes of the series paused at any summary of the window, and how (the larger name
     # when two disagree).
     "paused_processes",
@@ -111,7 +111,16 @@ _STATE_COLS = tuple(
 )
 
 
-_COPIED = ("window_start_s", *SERIES, *MAX_FIELDS, *MIN_FIELDS)
+# The identity sits where earlier versions kept it, among the maxima: a window they saved has
+# the same slots, and loads without being rearranged (``load_state``).
+_COPIED = (
+    "window_start_s",
+    *SERIES,
+    *MAX_FIELDS[:3],
+    *IDENTITY_FIELDS,
+    *MAX_FIELDS[3:],
+    *MIN_FIELDS,
+)
 # An open window is a list holding these fields by position: restoring a bucket is then a
 # JSON parse, and saving one a JSON dump, with no per-window dict to build or take apart (a
 # bucket holds thousands of windows and is restored and saved every batch). ``_<field>_t`` is
@@ -129,6 +138,9 @@ _MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
 _MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
 _SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
 _COPIED_AT = tuple((_AT[f], f) for f in _COPIED)
+_ID = slice(_AT[IDENTITY_FIELDS[0]], _AT[IDENTITY_FIELDS[-1]] + 1)
+assert WINDOW_FIELDS[_ID] == IDENTITY_FIELDS  # adjacent slots: merged as one value
+_LIBRARY = _ID.start
 # Per state: its finished row's column, its field names, their flat columns in a partial row
 # and their positions in a window. A state's latest summary is taken as a whole.
 _STATE_AT = tuple(
@@ -146,6 +158,52 @@ def _min(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else min(a, b)
 
 
+# Evidence, strongest first (``clients.LIBRARY_EVIDENCE``); null (an agent that does not say,
+# which ``clients.proven`` takes for proof) just above "installed"; a level this version does
+# not know (a newer agent's) below all.
+_EVIDENCE_RANK: dict[str | None, int] = {
+    e: 2 * (len(LIBRARY_EVIDENCE) - i) for i, e in enumerate(LIBRARY_EVIDENCE)
+}
+_EVIDENCE_RANK[None] = _EVIDENCE_RANK[LIBRARY_EVIDENCE[-1]] + 1
+
+
+def _named(v: str | None) -> tuple[bool, str]:
+    return (v is not None, v or "")
+
+
+@functools.lru_cache(maxsize=4096)
+def identity_rank(
+    library: str | None, version: str | None, evidence: str | None, role: str | None
+) -> tuple[Any, ...]:
+    """Where a library identity (``IDENTITY_FIELDS``) stands: a window keeps the highest of
+    its rows' identities, whole, so it names what one process was identified as.
+
+    1. A known library beats none (null or ``unknown``).
+    2. Stronger evidence (``_EVIDENCE_RANK``): a library proven in use beats one only
+       installed. Advice then follows only from a library's own proof (merged field by
+       field, one process's library could borrow another's).
+    3. The newer version, compared as numbers (2.10.0 beats 2.9.0); one that does not parse
+       loses to one that does.
+    4. By name: library, version, evidence; then a role beats none (several clients per
+       process by design: no duplicate_connections finding, the safe side).
+
+    A total order on distinct identities: merging is order-independent, and merging a merged
+    window again changes nothing."""
+    if library is None or library == UNKNOWN_LIBRARY:
+        return (False, _named(library), _named(role), _named(version), _named(evidence))
+    parsed = version_tuple(version)
+    return (
+        True,
+        _EVIDENCE_RANK.get(evidence, 0),
+        parsed is not None,
+        parsed or (),
+        library,
+        _named(version),
+        evidence or "",
+        _named(role),
+    )
+
+
 def _rank(values: tuple[Any, ...]) -> tuple[Any, ...]:
     """Total order on equal-time candidates, so merging is deterministic."""
     return tuple((v is not None, v if v is not None else 0) for v in values)
@@ -161,6 +219,18 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
     get = part.get
     for i, f in _MAX_AT:
         into[i] = _max(into[i], get(f))
+    library = get("client_library")
+    mine = into[_LIBRARY]
+    # Most rows carry the window's identity, or none next to a known one.
+    if library is not None or mine is None or mine == UNKNOWN_LIBRARY:
+        theirs = [
+            library,
+            get("client_version"),
+            get("client_library_evidence"),
+            get("process_role"),
+        ]
+        if theirs != (ours := into[_ID]) and identity_rank(*theirs) > identity_rank(*ours):
+            into[_ID] = theirs
     for i, f in _MIN_AT:
         into[i] = _min(into[i], get(f))
     for i, f in _SUM_AT:
@@ -216,7 +286,8 @@ def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None
     return (stn / n - mt * mc) / var
 
 
-_FINISHED = (*SERIES, *MAX_FIELDS, *MIN_FIELDS, *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
+# All but ``window_start_s`` (``finish`` adds it with the end).
+_FINISHED = (*_COPIED[1:], *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
 _FINISHED_AT = tuple((f, _AT[f]) for f in _FINISHED)
 _CW_AT = tuple(_AT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
 _LIFETIME_SUM, _LIFETIME_N = _AT["lifetime_sum_s"], _AT["lifetime_n"]
