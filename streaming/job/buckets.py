@@ -291,12 +291,23 @@ class Bucket:
         report = set(late)
         if ahead_after is not None:
             report.update(p["host"] for p in parts if (p.get("last_event_s") or 0) > ahead_after)
+        if not report:
+            return
+        # One pass over the rows: after an outage most hosts are late at once.
+        newest: dict[str, float] = {}
+        events: dict[str, int] = {}
+        for p in parts:
+            host = p["host"]
+            if host in report:
+                t = p.get("last_event_s") or 0.0
+                newest[host] = max(newest.get(host, t), t)
+                events[host] = events.get(host, 0) + int(p.get("events") or 0)
         for host in report:
-            mine = [p for p in parts if p["host"] == host]
-            newest = max((p.get("last_event_s") or 0.0 for p in mine), default=None)
-            events = sum(int(p.get("events") or 0) for p in mine)
-            offset = None if now is None or newest is None else newest - now
-            em.hosts.setdefault(host, HostBatch()).add(events, late.get(host, 0), offset)
+            t = newest.get(host)
+            offset = None if now is None or t is None else t - now
+            em.hosts.setdefault(host, HostBatch()).add(
+                events.get(host, 0), late.get(host, 0), offset
+            )
 
     def _next_boundary(self) -> float | None:
         """The end of the window the bucket's newest event time is in (seconds)."""
