@@ -48,7 +48,7 @@ from streaming.agent.records import (
     TIME_WAIT,
     SocketRecord,
 )
-from streaming.schema.clients import UNKNOWN_LIBRARY
+from streaming.schema.clients import UNKNOWN_LIBRARY, version_tuple
 from streaming.schema.events import TCP_STATES
 
 PEER_CLOSE_STATES = frozenset({CLOSE_WAIT, LAST_ACK})
@@ -575,7 +575,8 @@ def _library_of(
 ) -> tuple[str | None, str | None, str | None, str | None]:
     """The client library, version, evidence and process role most of a group's sockets
     belong to (one identification each; identified ones first: a group mixing an unidentified
-    process with a known one is named by the known)."""
+    process with a known one is named by the known). A tie goes to the newer version, compared
+    as numbers (in a rolling upgrade 2.10.0 is newer than 2.9.0), then by name."""
     votes = Counter(
         (
             t.meta.client_library,
@@ -588,5 +589,11 @@ def _library_of(
     )
     if not votes:
         return None, None, None, None
-    best = max(votes.items(), key=lambda kv: (kv[0][0] != UNKNOWN_LIBRARY, kv[1], kv[0][1] or ""))
-    return best[0]
+
+    def rank(kv: tuple[tuple[str | None, ...], int]) -> tuple:
+        (library, version, *rest), n = kv
+        parsed = version_tuple(version)
+        named = tuple(v or "" for v in (library, version, *rest))
+        return (library != UNKNOWN_LIBRARY, n, parsed is not None, parsed or (), named)
+
+    return max(votes.items(), key=rank)[0]

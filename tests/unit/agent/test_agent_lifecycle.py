@@ -356,6 +356,29 @@ def test_events_and_summaries_say_how_the_library_is_known() -> None:
     assert lib == ("kafka-python", "2.0.2", "installed")
 
 
+def test_a_group_split_between_two_versions_is_named_by_the_newer() -> None:
+    """A rolling upgrade: one process each at 2.9.0 and 2.10.0, a tie of votes."""
+    metas = [
+        Meta(
+            "prod",
+            "client",
+            "orders",
+            2,
+            "kafka-2:9092",
+            pid=pid,
+            client_library="librdkafka",
+            client_version=version,
+            client_library_evidence="loaded",
+        )  # fmt: skip
+        for pid, version in ((300, "2.9.0"), (301, "2.10.0"))
+    ]
+    for order in (metas, metas[::-1]):
+        t = SocketLifecycles()
+        t.update(0.0, [(rec(ESTABLISHED, 40020 + i, 7 + i), m) for i, m in enumerate(order)])
+        (s,) = t.summaries(0.0, 15.0)
+        assert (s["client_library"], s["client_version"]) == ("librdkafka", "2.10.0")
+
+
 def test_summaries_count_the_groups_paused_processes() -> None:
     t = SocketLifecycles()
     other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
