@@ -7,7 +7,9 @@ tests/e2e -> e2e. Services are stopped at teardown whatever the test did.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,22 +25,29 @@ _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 _TOKEN = pytest.StashKey[str]()
 _FOUND = pytest.StashKey[str]()
+_SCRATCH = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this process's environment with a token of this session, so that every process a
-    test starts can be found at the end, and give every JVM a test starts the quick compiler
-    only."""
+    test starts can be found at the end; give every JVM a test starts the options above and a
+    temporary directory of the session's, removed at its end."""
     config.stash[_TOKEN] = os.environ[leftovers.MARKER] = leftovers.new_token()
+    # Tests kill jobs with SIGKILL on purpose, and a killed Spark cannot remove its scratch
+    # files (RocksDB state stores, block manager, artifacts: about 30 MB a job) from /tmp.
+    scratch = config.stash[_SCRATCH] = Path(tempfile.mkdtemp(prefix="connmon-tests-jvm-"))
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    options = f"{TEST_JVM_OPTIONS} -Djava.io.tmpdir={scratch}"
     given = os.environ.get("JAVA_TOOL_OPTIONS", "")
     if TEST_JVM_OPTIONS not in given:
-        os.environ["JAVA_TOOL_OPTIONS"] = f"{given} {TEST_JVM_OPTIONS}".strip()
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{given} {options}".strip()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a test left a process running, a connection open or a Kafka client
     alive (every fixture is torn down by now)."""
     found = leftovers.find(session.config.stash[_TOKEN])
+    shutil.rmtree(session.config.stash[_SCRATCH], ignore_errors=True)
     if found:
         lines = "\n".join(f"  {f}" for f in found)
         session.config.stash[_FOUND] = f"left behind after the last test:\n{lines}"
