@@ -250,17 +250,6 @@ class Bucket:
             self._apply([], None, "own", em)
         self.failed_s = None
 
-    def step_boundary(self, fleet_s: float | None) -> float | None:
-        """The window boundary that moving the fleet's time on to ``fleet_s`` judges up to
-        (``_advance``), without moving it."""
-        t = self.windows.max_event_s
-        if fleet_s is not None and (t is None or fleet_s > t):
-            t = fleet_s
-        if t is None:
-            return None
-        w = self.cfg.window_s
-        return (math.floor(t / w) + 1) * w
-
     def _apply(
         self,
         parts: list[dict[str, Any]],
@@ -309,9 +298,12 @@ class Bucket:
                 events.get(host, 0), late.get(host, 0), offset
             )
 
-    def _next_boundary(self) -> float | None:
-        """The end of the window the bucket's newest event time is in (seconds)."""
+    def _next_boundary(self, fleet_s: float | None = None) -> float | None:
+        """The end of the window the bucket's newest event time is in (seconds); with
+        ``fleet_s``, the one a time step to it would judge up to (``_advance``)."""
         t = self.windows.max_event_s
+        if fleet_s is not None and (t is None or fleet_s > t):
+            t = fleet_s
         if t is None:
             return None
         w = self.cfg.window_s
@@ -391,7 +383,7 @@ def _step_or_set_aside(bucket: Bucket, fleet_s: float | None, em: Emitted, where
         bucket._advance(fleet_s, step)
     except Exception as exc:
         bucket = Bucket.load(before, bucket.cfg, bucket.tracker.clock)
-        boundary = bucket.step_boundary(fleet_s)
+        boundary = bucket._next_boundary(fleet_s)
         if boundary is not None:
             bucket.failed_s = boundary
         key = f"{where}:time:{'none' if boundary is None else iso(boundary)}"
