@@ -36,6 +36,8 @@ _MODULES = (
 DETECTORS: dict[str, Detector] = {m.KIND: m.detect for m in _MODULES}
 # Per kind, the evidence whose doubling or halving is worth a new record (``changes``).
 HEADLINES: dict[str, tuple[str, ...]] = {m.KIND: m.HEADLINE for m in _MODULES}
+# Of those, the rates over the series' last window of event time (``changes``).
+RATE_HEADLINES: dict[str, tuple[str, ...]] = {m.KIND: getattr(m, "RATES", ()) for m in _MODULES}
 # Kinds whose detector words the library's advice into its recommendation itself.
 _OWN_LIBRARY_ADVICE = frozenset(
     m.KIND for m in _MODULES if getattr(m, "PLACES_LIBRARY_ADVICE", False)
@@ -88,7 +90,11 @@ def detect_all(
         for f in detect(agg, cfg, history):
             if kind not in _OWN_LIBRARY_ADVICE:
                 # A known bug of the client's release may show as one kind of storm only.
-                why = connection_storm.cause(agg, cfg) if kind == connection_storm.KIND else None
+                why = (
+                    connection_storm.cause(agg, cfg, history)
+                    if kind == connection_storm.KIND
+                    else None
+                )
                 extra = library_advice(
                     kind,
                     f.side,

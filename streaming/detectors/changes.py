@@ -3,7 +3,8 @@
 A firing finding is published when it fires, and again only when something a reader acts on
 changed, or as a heartbeat: its severity, the client library named, the advice, the shape of
 its evidence (a storm's cause), a headline number doubling or halving since the last record
-(``HEADLINES``: a CLOSE_WAIT count going 1, 2, 4, 8, its oldest age 30 s, 60 s, 120 s), or
+(``HEADLINES``: a CLOSE_WAIT count going 1, 2, 4, 8, its oldest age 30 s, 60 s, 120 s; a rate
+only against a record whose span it does not share, ``RATE_HEADLINES``), or
 ``finding_heartbeat_s`` of event time since the last record. Pure: the tracker calls it.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streaming.detectors import HEADLINES
+from streaming.detectors import HEADLINES, RATE_HEADLINES
 from streaming.schema.findings import Finding
 from streaming.schema.times import epoch
 
@@ -24,6 +25,15 @@ def doubled_or_halved(last: Any, new: Any) -> bool:
     if new == last:
         return False
     return new >= 2 * last if new > last else 2 * new <= last
+
+
+def _spans_apart(last: Finding, new: Finding) -> bool:
+    """A rate is taken over the window of event time before its record (up to the window
+    before the record's own): ``new``'s span no longer overlaps ``last``'s once ``new`` is two
+    windows later. Before that the two rates share their events, and a rate that climbs while
+    its span fills with a fault that just began is no news."""
+    width = epoch(last.window_end) - epoch(last.window_start)
+    return epoch(new.window_start) - epoch(last.window_start) >= 2 * width
 
 
 def _library(f: Finding) -> tuple[str | None, ...]:
@@ -39,9 +49,12 @@ def change(last: Finding, new: Finding, heartbeat_s: float) -> str | None:
         return "library"
     if new.recommendation != last.recommendation:
         return "advice"
+    rates = RATE_HEADLINES.get(new.kind, ())
+    apart = _spans_apart(last, new)
     if new.evidence.keys() != last.evidence.keys() or any(
         doubled_or_halved(last.evidence.get(k), new.evidence.get(k))
         for k in HEADLINES.get(new.kind, ())
+        if apart or k not in rates
     ):
         return "evidence"
     if epoch(new.window_end) - epoch(last.window_end) >= heartbeat_s:

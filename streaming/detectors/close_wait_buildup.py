@@ -42,16 +42,17 @@ _BROKER_ADVICE = (
 
 def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
     """CLOSE_WAIT sockets per second over the series' windows of the last ``span_s`` (least
-    squares over window ends; the in-window slope cannot see a leak slower than one window).
-    Only windows with CLOSE_WAIT count: the job's history keeps just those, and the result must
-    not depend on how windows were split into micro-batches."""
+    squares over each window's newest count, the current one at its newest event; the in-window
+    slope cannot see a leak slower than one window). Only windows with CLOSE_WAIT count: the
+    job's history keeps just those, and the result must not depend on how windows were split
+    into micro-batches."""
     end = epoch(agg.window_end)
     points = [
         (epoch(w.window_end), float(w.close_wait_count))
         for w in history
         if w.close_wait_count > 0 and end - epoch(w.window_end) < span_s and w.same_series(agg)
     ]
-    points.append((end, float(agg.close_wait_count)))
+    points.append((epoch(agg.window_start) + agg.covered_s(), float(agg.close_wait_count)))
     if len(points) < 3:
         return None
     n = len(points)
@@ -61,6 +62,19 @@ def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -
     if var == 0:
         return None
     return sum((t - mt) * (c - mc) for t, c in points) / var
+
+
+def slope(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate]) -> float | None:
+    """How fast CLOSE_WAIT grows: the larger of the slope within the window and the ``trend``.
+    The window's own slope counts once its summaries span the time in which the critical slope
+    adds two sockets: over a shorter span one socket more or less is a slope above it."""
+    own = agg.close_wait_slope_per_s
+    trusted = (
+        2.0 / cfg.close_wait_critical_slope_per_s if cfg.close_wait_critical_slope_per_s else 0
+    )
+    if own is not None and min(agg.covered_s(), agg.close_wait_oldest_age_s or 0.0) < trusted:
+        own = None
+    return max((v for v in (own, trend(agg, history)) if v is not None), default=None)
 
 
 def _client_advice(agg: Aggregate, cfg: DetectorConfig) -> str:
@@ -85,11 +99,8 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     oldest = agg.close_wait_oldest_age_s or 0.0
     if count < cfg.close_wait_warning_count or oldest < cfg.close_wait_grace_s:
         return []
-    slope = max(
-        (v for v in (agg.close_wait_slope_per_s, trend(agg, history)) if v is not None),
-        default=None,
-    )
-    rising = slope is not None and slope >= cfg.close_wait_critical_slope_per_s
+    growth = slope(agg, cfg, history)
+    rising = growth is not None and growth >= cfg.close_wait_critical_slope_per_s
     critical = count >= cfg.close_wait_critical_count or rising
     if agg.side == "client":
         who = f"{agg.app} on {agg.host}"
@@ -108,7 +119,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     evidence = {
         "close_wait_count": count,
         "close_wait_oldest_age_s": oldest,
-        "close_wait_slope_per_s": slope,
+        "close_wait_slope_per_s": growth,
         "grace_s": cfg.close_wait_grace_s,
         "closes_peer": agg.closes_peer,
         **({"paused_processes": agg.paused_processes} if agg.paused_processes else {}),

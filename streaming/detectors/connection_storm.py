@@ -26,22 +26,60 @@ from streaming.schema.findings import Finding
 
 KIND = "connection_storm"
 # Evidence whose doubling or halving is news (docs/findings.md, "When a record is written").
-HEADLINE = (
+RATES = (
     "opens_per_min",
     "short_lived_per_min",
     "connects_failed_per_min",
     "host_attempt_fails_per_min",
-    "syn_sent_count",
+)
+HEADLINE = (*RATES, "syn_sent_count")
+
+
+# What a rate is made of: counts over the series' last ``window_s`` of event time (``span``).
+COUNTED = (
+    "opens",
+    "short_lived",
+    "connects_failed",
+    "connects_refused",
+    "closes_local",
+    "closes_peer",
+    "closes_unknown",
 )
 
 
-def rates(agg: Aggregate) -> dict[str, float | None]:
-    """Per-minute rates of the window (counts scaled by its length)."""
+def span(agg: Aggregate, history: Sequence[Aggregate] = ()) -> dict[str, float]:
+    """``COUNTED`` over the last ``window_s`` of event time, ending at the series' newest event:
+    this window so far plus the part of the window before it that the span still covers, whose
+    counts are taken as spread evenly over it. A rate over this span neither restarts from zero
+    when a window opens nor extrapolates from a window's first seconds; a burst counts once."""
+    counts = {name: float(getattr(agg, name)) for name in COUNTED}
+    share = _previous_share(agg)
+    if share > 0:
+        for w in reversed(history):
+            if w.window_end == agg.window_start and w.same_series(agg):
+                for name in COUNTED:
+                    counts[name] += share * getattr(w, name)
+                break
+    return counts
+
+
+def _previous_share(agg: Aggregate) -> float:
+    """The share of the window before ``agg``'s that its span still covers: none once the
+    series' newest event reached the window's end (or when that time is unknown)."""
+    return 1.0 - agg.covered_s() / agg.window_s if agg.window_s > 0 else 0.0
+
+
+def rates(agg: Aggregate, history: Sequence[Aggregate] = ()) -> dict[str, float | None]:
+    """Per-minute rates over the series' last ``window_s`` of event time (``span``)."""
+    return _rates(span(agg, history), agg)
+
+
+def _rates(counts: dict[str, float], agg: Aggregate) -> dict[str, float | None]:
     per_min = 60.0 / agg.window_s if agg.window_s > 0 else 1.0
     return {
-        "opens_per_min": agg.opens * per_min,
-        "short_lived_per_min": agg.short_lived * per_min,
-        "connects_failed_per_min": agg.connects_failed * per_min,
+        "opens_per_min": counts["opens"] * per_min,
+        "short_lived_per_min": counts["short_lived"] * per_min,
+        "connects_failed_per_min": counts["connects_failed"] * per_min,
         "host_attempt_fails_per_min": agg.host_attempt_fails_per_min,
     }
 
@@ -57,18 +95,23 @@ UNKNOWN = "unknown"
 _MOSTLY = 2 / 3
 
 
-def cause(agg: Aggregate, cfg: DetectorConfig) -> str:
+def cause(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> str:
     """Why a client x broker pair churns: failed connects (seen with the eBPF collector), the
-    window's SYN_SENT count, who closed."""
-    closes = agg.closes_local + agg.closes_peer + agg.closes_unknown
-    if closes and agg.connects_failed >= _MOSTLY * closes:
-        return REFUSED if agg.connects_refused >= _MOSTLY * agg.connects_failed else FAILED
-    if agg.syn_sent_count >= cfg.storm_syn_sent_count:
+    window's SYN_SENT count, who closed; counts over the series' last window of event time
+    (``span``), so the cause does not change because a window just opened."""
+    return _cause(span(agg, history), agg.syn_sent_count, cfg)
+
+
+def _cause(c: dict[str, float], syn_sent_count: int, cfg: DetectorConfig) -> str:
+    closes = c["closes_local"] + c["closes_peer"] + c["closes_unknown"]
+    if closes and c["connects_failed"] >= _MOSTLY * closes:
+        return REFUSED if c["connects_refused"] >= _MOSTLY * c["connects_failed"] else FAILED
+    if syn_sent_count >= cfg.storm_syn_sent_count:
         return UNANSWERED
-    if closes and agg.short_lived:
-        if agg.closes_local >= _MOSTLY * closes:
+    if closes and c["short_lived"]:
+        if c["closes_local"] >= _MOSTLY * closes:
             return CLIENT_CLOSES
-        if agg.closes_peer >= _MOSTLY * closes:
+        if c["closes_peer"] >= _MOSTLY * closes:
             return PEER_CLOSES
     return UNKNOWN
 
@@ -164,7 +207,8 @@ _CLIENT_ADVICE = {
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
     """A finding when any of opens/min, short-lived/min, SYN_SENT or the host's failed connects
     per minute reaches its threshold; critical at ``storm_critical_factor`` times it."""
-    r = rates(agg)
+    counts = span(agg, history)
+    r = _rates(counts, agg)
     host_level = agg.app == HOST_SERIES
     if host_level:
         # The host's failed-connect counter belongs to no socket, so it only ever speaks for the
@@ -199,7 +243,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
             f"than Kafka); if it is a Kafka client, {RAISE_BACKOFF}."
         )
     elif agg.side == "client":
-        why = cause(agg, cfg)
+        why = _cause(counts, agg.syn_sent_count, cfg)
         back = recovering(agg, cfg, history, why)
         if back is not None:
             severity = "info"
@@ -216,7 +260,7 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
             failing = (
                 f", {r['connects_failed_per_min']:.0f}/min fail"
                 + (" (refused)" if why == REFUSED else "")
-                if agg.connects_failed
+                if counts["connects_failed"]
                 else ""
             )
             summary = (
@@ -241,8 +285,8 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         **{k: v for k, v in r.items()},
         "syn_sent_count": agg.syn_sent_count,
         "lifetime_avg_s": agg.lifetime_avg_s,
-        "closes_local": agg.closes_local,
-        "closes_peer": agg.closes_peer,
+        "closes_local": round(counts["closes_local"]),
+        "closes_peer": round(counts["closes_peer"]),
         # Which thresholds were crossed, as multiples of the threshold (evidence is numbers).
         **{f"{name}_x_threshold": round(ratio, 2) for name, ratio in sorted(hit.items())},
     }

@@ -6,9 +6,13 @@ Rules:
 - A series' newest window is evaluated by every detector (with its earlier windows as history);
   an update to an older window (late data) only refreshes the history.
 - A finding fires once it held in ``fire_after_windows`` consecutive windows of its series
-  (default 1: as soon as a window holds); it is published again only when it changes in a way a
-  reader acts on, or as a heartbeat (``detectors.changes``). The firing finding kept is the one
-  last published, with the end of the newest window it held in (``last_seen_at``).
+  (default 1: as soon as a window holds; a window evaluated several times while it fills held a
+  kind if any evaluation did); it is published again only when it changes in a way a reader
+  acts on, or as a heartbeat (``detectors.changes``). The firing finding kept is the one last
+  published, with the end of the newest window it held in (``last_seen_at``).
+- Its severity follows the same hysteresis (``_severity``): up once a level held in
+  ``fire_after_windows`` windows, down once the current level did not hold in the windows that
+  resolve the kind.
 - It resolves once it did not hold in ``resolve_after_windows`` consecutive windows (default 2:
   the newest and the one before it, complete by then, so a partly filled window does not
   resolve a rate-based finding), a window the series did not produce counting as not holding;
@@ -41,7 +45,7 @@ from streaming.detectors import (
 from streaming.detectors.changes import change
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
-from streaming.schema.findings import Finding, finding_key, finding_key_tail
+from streaming.schema.findings import SEVERITIES, Finding, finding_key, finding_key_tail
 from streaming.schema.times import epoch, iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
@@ -63,9 +67,15 @@ HISTORY_FIELDS = (
     "reopen_idle_min_s",
     "reopen_idle_max_s",
     "closes_broker_drop",
-    # What tells a reconnect burst from recovery after a pause or an outage (connection_storm).
+    # What tells a reconnect burst from recovery after a pause or an outage, and the counts a
+    # storm's rates take from the window before (connection_storm).
     "paused_processes",
     "connects_failed",
+    "connects_refused",
+    "short_lived",
+    "closes_local",
+    "closes_peer",
+    "closes_unknown",
     "syn_sent_count",
     "client_library",
     "client_version",
@@ -86,7 +96,8 @@ class Tracker:
         self.cfg = cfg
         self.clock = clock  # updated_at for a record about this window
         self.history: dict[str, list[Aggregate]] = {}
-        self.held: dict[str, dict[str, list[str]]] = {}  # series -> window_start -> kinds
+        # series -> window_start -> kind -> highest severity it held at in that window
+        self.held: dict[str, dict[str, dict[str, str]]] = {}
         self.findings: dict[str, Finding] = {}  # firing only: the last published record
         self.max_window_end: str | None = None
         self._keep_s = max(cfg.idle_churn_window_s, cfg.finding_stale_s) + 2 * cfg.window_s
@@ -115,7 +126,7 @@ class Tracker:
             s: [Aggregate.from_fields(names, row) for row in rows]
             for s, rows in state["history"].items()
         }
-        self.held = state["held"]
+        self.held = {s: {w: _held(h) for w, h in ws.items()} for s, ws in state["held"].items()}
         self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
         self.max_window_end = state["max_window_end"]
         self._stale_end = {s: epoch(ws[-1].window_end) for s, ws in self.history.items()}
@@ -209,8 +220,10 @@ class Tracker:
                 if last is None:
                     if not all(kind in h for h in recent[:fire_n]):
                         continue  # held, but not yet in enough consecutive windows
+                    f.severity = self._severity(None, kind, recent)
                     f.first_fired_at, why = agg.window_start, "fired"
                 else:
+                    f.severity = self._severity(last.severity, kind, recent)
                     why = change(last, f, self.cfg.finding_heartbeat_s)
                     if why is None:
                         # The published record stands; the copy keeps it as it went out.
@@ -234,14 +247,34 @@ class Tracker:
         )
 
     def _record_held(self, agg: Aggregate, found: dict[str, Finding]) -> None:
-        self.held.setdefault(agg.series, {})[agg.window_start] = sorted(found)
+        """What held in ``agg``'s window: a kind that held at any evaluation of the window, at
+        the highest severity it had (a rate that wavers around a threshold within a window
+        held there). Windows where nothing held are not stored."""
+        if not found:
+            return
+        window = self.held.setdefault(agg.series, {}).setdefault(agg.window_start, {})
+        for kind, f in found.items():
+            before = window.get(kind)
+            if before is None or _RANK[f.severity] > _RANK[before]:
+                window[kind] = f.severity
 
-    def _recent_held(self, agg: Aggregate) -> list[list[str]]:
-        """Kinds that held in ``agg``'s window and each one before it, newest first, as far
-        back as hysteresis looks (a window the series did not produce: none)."""
+    def _recent_held(self, agg: Aggregate) -> list[dict[str, str]]:
+        """What held in ``agg``'s window and each one before it, newest first, as far back as
+        hysteresis looks (a window the series did not produce: nothing)."""
         held = self.held.get(agg.series, {})
         starts = _starts_back(agg.window_start, self.cfg.window_s, self._hysteresis_n)
-        return [held.get(s, []) for s in starts]
+        return [held.get(s, _NOTHING) for s in starts]
+
+    def _severity(self, current: str | None, kind: str, recent: list[dict[str, str]]) -> str:
+        """Severity with the hysteresis of firing: it rises to a level once the kind held at
+        that level or above in ``fire_after_windows`` consecutive windows, and falls below
+        ``current`` only once it did not reach ``current`` in ``resolve_windows`` of them.
+        ``current`` None: the severity a finding fires with."""
+        rise = min(_RANK.get(h.get(kind, ""), -1) for h in recent[: self.cfg.fire_after_windows])
+        if current is None or rise > _RANK[current]:
+            return SEVERITIES[max(rise, 0)]
+        fall = max(_RANK.get(h.get(kind, ""), -1) for h in recent[: self._quiet_n[kind]])
+        return SEVERITIES[max(fall, 0)] if fall < _RANK[current] else current
 
     @staticmethod
     def _key(agg: Aggregate, kind: str) -> str:
@@ -309,14 +342,24 @@ class Tracker:
             n = self._hysteresis_n
             since = iso(epoch(keep[-1].window_start) - (n - 1) * self.cfg.window_s)
             starts = {w.window_start for w in keep}
-            held = self.held.get(series, {})
-            self.held[series] = {s: k for s, k in held.items() if s in starts or s >= since}
+            held = {s: k for s, k in self.held.get(series, {}).items() if s in starts or s >= since}
+            if held:
+                self.held[series] = held
+            else:
+                self.held.pop(series, None)
         else:
             del self.history[series]
             self.held.pop(series, None)
 
 
 _history_values = operator.attrgetter(*HISTORY_FIELDS)
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+_NOTHING: dict[str, str] = {}
+
+
+def _held(saved: list[str] | dict[str, str]) -> dict[str, str]:
+    """A window's saved kinds; a state written before severities were kept names kinds only."""
+    return saved if isinstance(saved, dict) else dict.fromkeys(saved, "warning")
 
 
 def _carry_library(agg: Aggregate, windows: list[Aggregate]) -> None:

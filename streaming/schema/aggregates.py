@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from streaming.schema.times import epoch
+
 SCHEMA_VERSION = 1
 # app and broker of a host-level series: the host's TCP counters, which no socket explains.
 HOST_SERIES = "*"
@@ -165,6 +167,13 @@ class Aggregate:
             d[name] = factory()
         d.update(zip(names, values, strict=True))
         return a
+
+    def covered_s(self) -> float:
+        """Seconds of the window the series' events have reached so far: from its start to the
+        newest event (the whole window once that is unknown)."""
+        if self.last_event_time is None:
+            return self.window_s
+        return min(max(epoch(self.last_event_time) - epoch(self.window_start), 0.0), self.window_s)
 
     @cached_property
     def identity(self) -> tuple[Any, ...]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from streaming.detectors import DETECTORS, HEADLINES
+from streaming.detectors import DETECTORS, HEADLINES, RATE_HEADLINES
 from streaming.detectors.changes import change, doubled_or_halved
 from streaming.schema.findings import Finding
 
@@ -61,11 +61,34 @@ def test_each_kinds_headline_doubling_is_published(kind: str) -> None:
     evidence = {name: 10 for name in HEADLINES[kind]} | {"other": 1}
     last = finding(kind, **evidence)
     for name in HEADLINES[kind]:
-        new = finding(kind, **(evidence | {name: 20}))
+        # A rate is compared once its span no longer shares events with the record's.
+        minute = 2 if name in RATE_HEADLINES[kind] else 0
+        new = finding(kind, minute, **(evidence | {name: 20}))
         assert change(last, new, HEARTBEAT_S) == "evidence", name
-        assert change(last, finding(kind, **(evidence | {name: 19})), HEARTBEAT_S) is None
+        assert change(last, finding(kind, minute, **(evidence | {name: 19})), HEARTBEAT_S) is None
     # Evidence outside the headline moves freely.
     assert change(last, finding(kind, **(evidence | {"other": 1000})), HEARTBEAT_S) is None
+
+
+def test_a_rate_is_compared_only_with_a_record_whose_span_it_does_not_share() -> None:
+    """A storm's rate covers the window of event time before the record: one and two minutes
+    after the last record its span still holds some of the same connections."""
+    assert RATE_HEADLINES["connection_storm"]
+    assert "syn_sent_count" not in RATE_HEADLINES["connection_storm"]  # a count of the moment
+    last = finding("connection_storm", 0, opens_per_min=40.0, syn_sent_count=0)
+    climbed = {"opens_per_min": 150.0, "syn_sent_count": 0}
+    assert change(last, finding("connection_storm", 0, **climbed), HEARTBEAT_S) is None
+    assert change(last, finding("connection_storm", 1, **climbed), HEARTBEAT_S) is None
+    assert change(last, finding("connection_storm", 2, **climbed), HEARTBEAT_S) == "evidence"
+    # Severity is news at once, whatever the spans.
+    worse = finding("connection_storm", 0, **climbed)
+    worse.severity = "critical"
+    assert change(last, worse, HEARTBEAT_S) == "severity"
+    # A count of the moment is compared at once.
+    syn = finding("connection_storm", 0, opens_per_min=40.0, syn_sent_count=12)
+    assert change(last, syn, HEARTBEAT_S) == "evidence"
+    # Kinds without rates compare every headline at once.
+    assert RATE_HEADLINES["close_wait_buildup"] == ()
 
 
 def test_what_a_reader_acts_on_is_published_in_order() -> None:

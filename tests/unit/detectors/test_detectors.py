@@ -291,6 +291,38 @@ def test_host_level_storm_is_worded_host_wide_and_names_no_broker():
     assert "broker *" not in f.summary and "names no process and no broker" in f.recommendation
 
 
+def _at(minute: int, second: float, **fields: Any) -> Aggregate:
+    """``make_agg`` whose newest event came ``second`` seconds into its window."""
+    return make_agg(minute, last_event_time=f"2026-11-21T05:{minute:02d}:{second:06.3f}Z", **fields)
+
+
+def test_a_storms_rate_is_over_the_last_window_of_event_time():
+    """20 s into a window, the span takes two thirds of the window before: 90 opens there
+    and 30 here are 90/min, as 90/min the whole time would be."""
+    before = make_agg(0, opens=90, short_lived=90, closes_local=90)
+    now = _at(1, 20.0, opens=30, short_lived=30, closes_local=30)
+    assert connection_storm.rates(now, [before])["opens_per_min"] == pytest.approx(90.0)
+    assert connection_storm.rates(now)["opens_per_min"] == pytest.approx(30.0)  # nothing before
+    # The cause is the span's too: a second in, none closed yet in this window.
+    early = _at(1, 1.0, opens=2)
+    assert connection_storm.cause(early, CFG, [before]) == connection_storm.CLIENT_CLOSES
+    (f,) = connection_storm.detect(early, CFG, [before])
+    assert "new client per request" in f.summary
+    # Once the newest event reached the window's end, the window before is out of the span.
+    full = _at(1, 59.999, opens=30)
+    assert connection_storm.rates(full, [before])["opens_per_min"] == pytest.approx(30.0, abs=0.1)
+
+
+def test_a_burst_counts_once_and_is_never_extrapolated():
+    """Twenty connections in a window's first second: 20 in the last minute, not 1,200/min."""
+    burst = _at(0, 1.0, opens=20, short_lived=20, closes_local=20)
+    assert connection_storm.rates(burst)["opens_per_min"] == pytest.approx(20.0)
+    assert connection_storm.detect(burst, CFG) == []
+    # ... nor counted twice in the window after it.
+    after = _at(1, 30.0, opens=0)
+    assert connection_storm.rates(after, [burst])["opens_per_min"] == pytest.approx(10.0)
+
+
 # ---- time_wait_pileup --------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("count", "expected"),

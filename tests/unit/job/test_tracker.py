@@ -155,6 +155,48 @@ def test_hysteresis_history_survives_pruning_and_a_restore():
     assert statuses(restored.process([leak(2)], {})) == [("close_wait_buildup", "firing", "05:02")]
 
 
+def _sev(out) -> list[tuple[str, str]]:
+    return [(f.severity, f.change or "") for f in out.findings]
+
+
+def test_severity_rises_at_once_and_falls_only_after_quiet_windows():
+    """Severity has firing's hysteresis: up when it held in ``fire_after_windows`` windows,
+    down once the higher level did not hold in ``resolve_after_windows`` of them."""
+    t = tracker()
+    assert _sev(t.process([leak(0, n=12)], {})) == [("warning", "fired")]
+    assert _sev(t.process([leak(1, n=20)], {})) == [("critical", "severity")]
+    assert t.process([leak(2, n=12)], {}).findings == []  # minute 1 was critical: it holds
+    assert _sev(t.process([leak(3, n=12)], {})) == [("warning", "severity")]  # 2 and 3 were not
+
+
+def test_severity_rises_after_k_windows_at_that_level():
+    t = Tracker(CFG.replace(fire_after_windows=2), clock=lambda a: a.window_end)
+    t.process([leak(0)], {})
+    assert _sev(t.process([leak(1, n=25)], {})) == [("warning", "fired")]  # the lower of both
+    assert _sev(t.process([leak(2, n=25)], {})) == [("critical", "severity")]
+
+
+def test_a_level_reached_at_any_evaluation_of_a_window_held_there():
+    """A window evaluated again as it fills: a critical count early in it counts for the
+    window even if a later evaluation of the same window is below it."""
+    t = tracker()
+    t.process([leak(0, n=20)], {})
+    assert t.process([leak(0, n=12)], {}).findings == []  # same window: no flip back
+    assert t.process([leak(1, n=12)], {}).findings == []  # one window below is not enough
+    assert _sev(t.process([leak(2, n=12)], {})) == [("warning", "severity")]
+
+
+def test_a_state_that_named_held_kinds_only_still_loads():
+    t = tracker()
+    t.process([leak(0)], {})
+    state = json.loads(json.dumps(t.to_state()))
+    state["held"] = {s: {w: sorted(k) for w, k in ws.items()} for s, ws in state["held"].items()}
+    restored = tracker()
+    restored.load_state(state)
+    assert restored.process([agg(1)], {}).findings == []  # minute 0 held: still firing
+    assert statuses(restored.process([agg(2)], {})) == [("close_wait_buildup", "resolved", "05:02")]
+
+
 def test_connmon_itself_gets_no_finding_unless_asked():
     own = leak(0)
     own.app = "connmon-agent"
