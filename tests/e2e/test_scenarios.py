@@ -18,6 +18,7 @@ import pytest
 from streaming.scenarios import catalog
 from streaming.scenarios.components import FINDING_METRIC, alert_name
 from streaming.scenarios.model import ANY_APP, Expect, Scenario
+from streaming.schema.findings import SEVERITIES
 
 # Positive scenarios first; the healthy baseline last, as it needs the longest quiet run.
 ORDER = [n for n in catalog.SCENARIOS if n != "healthy"] + ["healthy"]
@@ -165,6 +166,30 @@ def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenar
     f = _fired_in_time(session, s, e)[-1]
     assert "reuse" in f["recommendation"] and "backoff" not in f["recommendation"], f
     assert f["evidence"]["closes_local"] > f["evidence"]["closes_peer"], f["evidence"]
+
+
+def test_a_constant_storm_is_a_steady_finding(scenario_session) -> None:
+    """The churn client opens connections at a constant rate through the scenario's run: its
+    storm finding fires once and never flaps, its severity only rises (at most once, while the
+    rate over the last window fills in at the start), and besides heartbeats it is written at
+    most three times, the last with the settled rate (docs/findings.md, "Rates")."""
+    session = scenario_session
+    e = Expect("connection_storm", "timewait-raw-churn")
+    s = catalog.SCENARIOS["time-wait"]
+    _fired_in_time(session, s, e)
+    _wait(session, s.duration_s + SLACK_S, lambda: False)
+    by_key: dict[str, list[dict]] = {}
+    for f in _fired(session, s, e):
+        by_key.setdefault(f["key"], []).append(f)
+    for key, records in by_key.items():
+        said = [(r["change"], r["severity"], r["evidence"]["opens_per_min"]) for r in records]
+        assert session.findings.firing_starts(key) == 1, said
+        severities = [r["severity"] for r in records]
+        assert severities == sorted(severities, key=SEVERITIES.index), said
+        assert len([r for r in records if r["change"] != "heartbeat"]) <= 3, said
+        # The client opens one connection per 100 ms at most: 600/min, less its handshakes.
+        assert 250 <= records[-1]["evidence"]["opens_per_min"] <= 650, said
+        print(f"{key}: {said}")
 
 
 def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> None:
