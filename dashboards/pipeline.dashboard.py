@@ -121,6 +121,38 @@ panels = [
         thresholds=[(cfg.dead_letter_per_s, "red")],
     ),
     gf.timeseries(
+        "State size",
+        "Series the state query holds, in all buckets and in the largest one (its limit is "
+        "state_max_series_per_bucket), and series per second forgotten at that limit (healthy "
+        "ones seen longest ago first; ConnMonJobStateSeriesShed).",
+        [
+            (f"max by (job_id) (connmon_job_state_series{{{ex}}})", "series {{job_id}}"),
+            (
+                f"max by (job_id) (connmon_job_state_bucket_series_max{{{ex}}})",
+                "largest bucket {{job_id}}",
+            ),
+            (
+                f"max by (job_id) (rate(connmon_job_state_series_shed_total{{{ex}}}"
+                "[$__rate_interval]))",
+                "forgotten/s {{job_id}}",
+            ),
+        ],
+        "short",
+    ),
+    gf.timeseries(
+        "State bytes",
+        "Compressed bytes of the state query's buckets, all together and the largest one: the "
+        "state store reads and writes a bucket's value whole whenever the bucket is called.",
+        [
+            (f"max by (job_id) (connmon_job_state_bytes{{{ex}}})", "all {{job_id}}"),
+            (
+                f"max by (job_id) (connmon_job_state_bucket_bytes_max{{{ex}}})",
+                "largest bucket {{job_id}}",
+            ),
+        ],
+        "bytes",
+    ),
+    gf.timeseries(
         "Host clocks",
         "Per host, its newest event time minus the fleet's (positive: the host's clock is "
         "ahead), while it is off by more than the job's clock tolerance. Past either line (the "

@@ -252,6 +252,11 @@ _STATUS_FIELDS = {
     "connmon_job_late_events_total": "late_events_total",
     "connmon_job_internal_errors_total": "internal_errors_total",
     "connmon_job_input_lost_records_total": "input_lost_total",
+    "connmon_job_state_series": "state_series",
+    "connmon_job_state_bytes": "state_bytes",
+    "connmon_job_state_bucket_series_max": "state_bucket_series_max",
+    "connmon_job_state_bucket_bytes_max": "state_bucket_bytes_max",
+    "connmon_job_state_series_shed_total": "state_series_shed_total",
 }
 
 

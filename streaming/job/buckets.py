@@ -132,18 +132,25 @@ class Emitted:
     late: int = 0  # events whose window had closed
     duplicates: int = 0  # records of an ingest batch already applied (run again after a crash)
     hosts: dict[str, HostBatch] = field(default_factory=dict)  # hosts late or ahead only
+    # The bucket's size once saved: (bucket, series, bytes); set by the Spark processor.
+    size: tuple[int, int, int] | None = None
+    shed: int = 0  # series forgotten at the bucket's series limit (``Bucket.shed``)
 
     def stats(self) -> dict[str, Any] | None:
         """The counts for the driver; None when there is nothing to count."""
-        if not (self.late or self.duplicates or self.hosts or self.dead_letters):
+        if not (self.late or self.duplicates or self.hosts or self.dead_letters or self.size):
             return None
         hosts = {h: b.to_dict() for h, b in self.hosts.items()}
-        return {
+        out = {
             "late": self.late,
             "duplicates": self.duplicates,
             "hosts": hosts,
             "internal_errors": len(self.dead_letters),
         }
+        if self.size is not None:
+            out.update(zip(("bucket", "series", "bytes"), self.size, strict=True))
+            out["shed"] = self.shed
+        return out
 
     def absorb(self, other: Emitted) -> None:
         """Add what ``other`` (a later call on the same bucket) publishes and counts."""
@@ -194,6 +201,29 @@ class Bucket:
         if self.failed_s is not None:
             doc["failed_s"] = self.failed_s
         return compress(orjson.dumps(doc))
+
+    def shed(self, limit: int | None) -> int:
+        """Keep at most ``limit`` series; returns how many were forgotten. Series without a
+        firing finding go first, the one seen longest ago first (a client that went away, or
+        an address that churned); a series with a firing finding is kept, so the finding still
+        resolves. A series forgotten that comes back starts anew, without history."""
+        t = self.tracker
+        over = 0 if limit is None else len(t.history) - limit
+        if over <= 0:
+            return 0
+        firing = t.firing_series()
+        quiet = sorted(
+            (s for s in t.history if s not in firing),
+            key=lambda s: (t.history[s][-1].window_end, s),
+        )[:over]
+        gone = set(quiet)
+        t.forget(gone)
+        self.windows.drop(gone)
+        return len(gone)
+
+    def series(self) -> int:
+        """Series the bucket holds (each has its windows in the detectors' history)."""
+        return len(self.tracker.history)
 
     def empty(self) -> bool:
         """Nothing left to remember: the state can be dropped (an ingest batch written again
@@ -450,9 +480,10 @@ def make_processor(
     clock: Callable[[Aggregate], str],
     topics: Mapping[str, str],
     latest_only: bool = True,
+    max_series: int | None = None,
 ) -> Any:
     """The ``transformWithState`` processor over buckets (built here so importing this module
-    needs no Spark)."""
+    needs no Spark). ``max_series``: most series a bucket keeps (``Bucket.shed``)."""
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -519,10 +550,17 @@ def make_processor(
                 if want is not None:
                     self.handle.registerTimer(want)
                 bucket.timer_ms = want
+            try:
+                em.shed = bucket.shed(max_series)
+            except Exception as exc:  # a bug: the bucket goes on unbounded this once
+                _set_aside(em, f"{where}:shed", INTERNAL_ERROR, exc, None)
             if bucket.empty():
                 self.state.clear()
+                em.size = (int(key[0]), 0, 0)
             else:
-                self.state.update((bucket.dump(),))
+                saved_now = bucket.dump()
+                self.state.update((saved_now,))
+                em.size = (int(key[0]), bucket.series(), len(saved_now))
             return iter([out(*r) for r in output_rows(em, topics)])
 
         def close(self) -> None:

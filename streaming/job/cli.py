@@ -98,6 +98,11 @@ def register(subparsers: Any) -> None:
         type=int,
         help="state-store keys the series are spread over (fixed per checkpoint)",
     )
+    job.add_argument(
+        "--state-max-series-per-bucket",
+        type=int,
+        help="most series a state bucket keeps; the least recently seen healthy ones go first",
+    )
     _common(job)
     job.add_argument(
         "--kafka-option",
@@ -185,6 +190,7 @@ _JOB_FIELDS = (
     "skip_offsets",
     "shuffle_partitions",
     "state_buckets",
+    "state_max_series_per_bucket",
 )
 
 

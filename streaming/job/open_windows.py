@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streaming.job.clocks import bounded
-from streaming.schema.aggregates import SERIES_FIELDS, key_part
+from streaming.schema.aggregates import SERIES_FIELDS, key_part, series_key
 from streaming.schema.clients import LIBRARY_EVIDENCE, UNKNOWN_LIBRARY, version_tuple
 from streaming.schema.events import STATE_NAMES
 
@@ -134,6 +134,7 @@ WINDOW_FIELDS = (
 )
 _AT = {f: i for i, f in enumerate(WINDOW_FIELDS)}
 _START = _AT["window_start_s"]
+_SERIES_AT = tuple(_AT[f] for f in SERIES)
 _MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
 _MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
 _SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
@@ -338,6 +339,15 @@ class OpenWindows:
 
     def watermark(self) -> float | None:
         return None if self.max_event_s is None else self.max_event_s - self.watermark_s
+
+    def drop(self, series: set[str]) -> None:
+        """Forget the open windows of ``series`` (keys as ``aggregates.series_key`` makes)."""
+        for key, w in list(self.open.items()):
+            side, host, app, cluster, broker, peer = (w[i] for i in _SERIES_AT)
+            if side is None or app is None or broker is None:
+                continue  # a host's heartbeat counters: no series of its own
+            if series_key(side, host, app, cluster, broker, peer) in series:
+                del self.open[key]
 
     def advance(self, max_event_s: float | None) -> None:
         """Event time moved on elsewhere in the fleet."""

@@ -157,6 +157,7 @@ def state_stream(
     topics: Mapping[str, str],
     latest_only: bool,
     initial: DataFrame | None = None,
+    max_series: int | None = None,
 ) -> DataFrame:
     """Records (``RECORD_COLUMNS``) -> ``buckets.OUTPUT_SCHEMA`` rows, per bucket in the state
     store. Spark's watermark is the fleet's newest event time (each record's newest, bounded
@@ -178,7 +179,7 @@ def state_stream(
         .drop("time")
         .groupBy("bucket")
         .transformWithState(
-            buckets.make_processor(cfg, clock, topics, latest_only),
+            buckets.make_processor(cfg, clock, topics, latest_only, max_series),
             buckets.OUTPUT_SCHEMA,
             "Update",
             "EventTime",
@@ -348,7 +349,15 @@ def state_query(
         "deadletter": s.deadletter_topic,
     }
     partials = partials_source(spark, s, meta.run_id, meta.state_buckets)
-    out = state_stream(partials, s.detectors, buckets.wall_clock, topics, True, initial)
+    out = state_stream(
+        partials,
+        s.detectors,
+        buckets.wall_clock,
+        topics,
+        True,
+        initial,
+        s.state_max_series_per_bucket,
+    )
     counted = out.observe(
         STATE_METRICS,
         F.collect_list(F.when(F.col("topic").isNull(), F.col("value"))).alias("stats"),

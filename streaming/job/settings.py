@@ -72,6 +72,9 @@ class JobSettings:
     shuffle_partitions: int = 4
     # Series are spread over this many state buckets; fixed for the life of a checkpoint.
     state_buckets: int = 256
+    # Most series one bucket keeps; beyond it the ones seen longest ago without a firing
+    # finding are forgotten (``buckets.Bucket.shed``), counted in the job status.
+    state_max_series_per_bucket: int = 20_000
     kafka: dict[str, str] = field(default_factory=dict)
     producer: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -131,6 +134,8 @@ class JobSettings:
             raise ConfigError("shuffle-partitions: must be at least 1")
         if not 1 <= self.state_buckets <= 1_000_000:
             raise ConfigError("state-buckets: must be between 1 and 1000000")
+        if self.state_max_series_per_bucket < 1:
+            raise ConfigError("state-max-series-per-bucket: must be at least 1")
         self.skip  # noqa: B018 - parses, or raises naming the setting
         for name in EVENT_BOUND_FLAGS:
             v = getattr(self, name)
@@ -304,7 +309,7 @@ def _coerce(s: JobSettings) -> None:
         s.check_topics = s.check_topics.lower() == "true"
     if not isinstance(s.check_topics, bool):
         raise ConfigError(f"check-topics: true or false, not {s.check_topics!r}")
-    for name in ("shuffle_partitions", "state_buckets"):
+    for name in ("shuffle_partitions", "state_buckets", "state_max_series_per_bucket"):
         try:
             setattr(s, name, int(getattr(s, name)))
         except ValueError:

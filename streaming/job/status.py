@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -35,6 +35,9 @@ class StateView:
     max_event_s: float | None = None
     late_events_total: int = 0
     internal_errors_total: int = 0  # records the state query set aside
+    # bucket -> (series, bytes) as each bucket was last saved
+    buckets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    series_shed_total: int = 0  # series forgotten at the buckets' series limit
 
 
 def fold_state_progress(d: dict[str, Any], view: StateView, clocks: HostClocks, now: float) -> None:
@@ -57,6 +60,9 @@ def fold_state_progress(d: dict[str, Any], view: StateView, clocks: HostClocks, 
         stats = json.loads(text)
         view.late_events_total += int(stats.get("late") or 0)
         view.internal_errors_total += int(stats.get("internal_errors") or 0)
+        if stats.get("bucket") is not None:
+            view.buckets[int(stats["bucket"])] = (int(stats["series"]), int(stats["bytes"]))
+            view.series_shed_total += int(stats.get("shed") or 0)
         merge_hosts(hosts, stats.get("hosts") or {})
     if hosts or clocks.hosts:
         clocks.update(hosts, now)
@@ -180,6 +186,11 @@ def state_status(
         late_events_total=view.late_events_total,
         internal_errors_total=view.internal_errors_total,
         hosts=hosts,
+        state_series=sum(n for n, _b in view.buckets.values()),
+        state_bytes=sum(b for _n, b in view.buckets.values()),
+        state_bucket_series_max=max((n for n, _b in view.buckets.values()), default=0),
+        state_bucket_bytes_max=max((b for _n, b in view.buckets.values()), default=0),
+        state_series_shed_total=view.series_shed_total,
     )
 
 

@@ -134,6 +134,22 @@ class Tracker:
         heapq.heapify(self._stale_heap)
         self._expire_heap = []
 
+    def firing_series(self) -> set[str]:
+        """Series with a firing finding."""
+        keys = set(self.findings)
+        return {
+            s
+            for s, ws in self.history.items()
+            if any(self._key(ws[-1], kind) in keys for kind in DETECTORS)
+        }
+
+    def forget(self, series: set[str]) -> None:
+        """Drop ``series``' history as if they had expired (their firing findings stay)."""
+        for s in series:
+            self.history.pop(s, None)
+            self.held.pop(s, None)
+            self._stale_end.pop(s, None)
+
     # ---- processing ---------------------------------------------------------------------
     def process(
         self,

@@ -171,6 +171,33 @@ JOB_METRICS: tuple[Metric, ...] = (
         "started.",
     ),
     _job(
+        "connmon_job_state_series",
+        "gauge",
+        "Series the state query holds in all its buckets, as each bucket was last saved.",
+    ),
+    _job(
+        "connmon_job_state_bytes",
+        "gauge",
+        "Compressed bytes of the state query's buckets in the state store, all together.",
+    ),
+    _job(
+        "connmon_job_state_bucket_series_max",
+        "gauge",
+        "Series in the largest state bucket (the limit is state_max_series_per_bucket).",
+    ),
+    _job(
+        "connmon_job_state_bucket_bytes_max",
+        "gauge",
+        "Compressed bytes of the largest state bucket: one value the state store reads and "
+        "writes whole each time the bucket is called.",
+    ),
+    _job(
+        "connmon_job_state_series_shed_total",
+        "counter",
+        "Series forgotten at a bucket's series limit since the job started (healthy ones seen "
+        "longest ago first); one that comes back starts without history.",
+    ),
+    _job(
         "connmon_job_last_event_timestamp_seconds",
         "gauge",
         "Event time of the newest event the job has processed (Unix time).",

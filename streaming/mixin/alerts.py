@@ -246,6 +246,20 @@ def pipeline_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
         ),
         _alert(
             cfg,
+            "ConnMonJobStateSeriesShed",
+            f"max by (job_id) (increase(connmon_job_state_series_shed_total{{{ex}}}[{w}])) > 0",
+            "0m",
+            "The connmon job forgot series at its per-bucket limit.",
+            "Job {{ $labels.job_id }} forgot {{ $value | humanize }} series in the last "
+            + w
+            + " because a state bucket held more than state_max_series_per_bucket: the healthy "
+            "series seen longest ago went first, and one that comes back starts without "
+            "history (an idle-churn cycle or a CLOSE_WAIT trend may be missed). Raise "
+            "state_buckets (with a migration) or the limit.",
+            "warning",
+        ),
+        _alert(
+            cfg,
             "ConnMonHostClockSkew",
             # Signed, so the description can say ahead or behind: the offset's magnitude is
             # past the watermark either way.

@@ -92,6 +92,14 @@ class JobStatus:
     offsets_behind: int | None = None
     # records of the query's input deleted before it read them, since the job started
     input_lost_total: int = 0
+    # The state query's state, as its buckets were last saved (None for the ingest query):
+    # series and compressed bytes in all buckets and in the largest one, and series forgotten
+    # at the per-bucket limit (state_max_series_per_bucket) since the job started.
+    state_series: int | None = None
+    state_bytes: int | None = None
+    state_bucket_series_max: int | None = None
+    state_bucket_bytes_max: int | None = None
+    state_series_shed_total: int | None = None
 
     @property
     def key(self) -> str:
@@ -99,4 +107,12 @@ class JobStatus:
         return f"{self.job_id}:{self.query}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}
+        """The record; the state fields only in the state query's."""
+        body = dataclasses.asdict(self)
+        for name in _STATE_FIELDS:
+            if body[name] is None:
+                del body[name]
+        return {"schema": SCHEMA_VERSION, **body}
+
+
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(JobStatus) if f.name.startswith("state_"))

@@ -104,6 +104,11 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         state = by_key["connmon-job:state"]
         assert state["query"] == "state" and state["watermark"] is not None
         assert state["offsets_behind"] == 0 and state["dead_letter_total"] == 0
+        # the state query's record says how big its state is; the ingest query's has none
+        assert state["state_series"] >= 1 and state["state_bytes"] > 0, state
+        assert 1 <= state["state_bucket_series_max"] <= state["state_series"], state
+        assert state["state_series_shed_total"] == 0
+        assert "state_series" not in by_key["connmon-job:aggregates"]
 
         # the job keeps running after bad input: a new series shows up, its events sent with
         # no key, a huge key and headers, which the job does not read
@@ -343,3 +348,31 @@ def test_job_on_a_standalone_cluster(kafka_cluster, standalone, unique_name, tmp
         wait_for("state-store tasks on both workers", lambda: all(map(_ran_state_tasks, workers)))
     finally:
         _kill_group(p, signal.SIGTERM)
+
+
+def test_a_bucket_over_its_series_limit_keeps_the_firing_series(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    """One bucket that may keep one series, three series (one leaking toward broker 2): the
+    healthy two are forgotten and counted in the state query's status, the leak's finding
+    fires all the same."""
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
+    job = start_job(spark, t.settings(state_buckets=1, state_max_series_per_bucket=1))
+    key = "close_wait_buildup|client:app-7:payments-sarama|prod-eu|2"
+    try:
+        f = wait_for(
+            "the leak's finding",
+            lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(key),
+        )
+
+        def shed() -> dict | None:
+            state = latest_by_key(consume_all(t.bootstrap, t.status)).get("connmon-job:state")
+            return state if state and state.get("state_series_shed_total") else None
+
+        state = wait_for("series forgotten in the status", shed)
+    finally:
+        job.stop()
+    assert f["status"] == "firing"
+    assert state["state_series_shed_total"] >= 2, state
+    assert state["state_bucket_series_max"] == state["state_series"] == 1, state

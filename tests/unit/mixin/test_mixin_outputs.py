@@ -28,6 +28,7 @@ EXPECTED_ALERTS = {
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
     "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInputLost",
     "ConnMonJobInternalErrors", "ConnMonBrokerUnavailable", "ConnMonExporterDown",
+    "ConnMonJobStateSeriesShed",
 }  # fmt: skip
 
 
