@@ -91,8 +91,25 @@ def bucket_column(buckets: int) -> Column:
 
 
 def wall_clock(_agg: Aggregate) -> str:
-    """``updated_at`` of the live job: now."""
+    """Now (for state built outside a micro-batch, e.g. a migration)."""
     return iso_now()
+
+
+def batch_time(_agg: Aggregate) -> str:
+    """The live job's clock for ``make_processor``: each call stamps its records with its
+    micro-batch's time instead (``batch_clock``)."""
+    return iso_now()
+
+
+def batch_clock(batch_ms: int) -> Callable[[Aggregate], str]:
+    """``updated_at`` of the live job: the state query's micro-batch time, which Spark keeps
+    in its offset log with the batch. A batch run again after a crash (its output written, its
+    commit not) stamps its records as the first run did, so its second copy on a topic is
+    byte for byte the first. Spark gives no time before the first batch (<= 0): now."""
+    if batch_ms <= 0:
+        return wall_clock
+    when = iso(batch_ms / 1000.0)
+    return lambda _agg: when
 
 
 def window_end_clock(agg: Aggregate) -> str:
@@ -540,7 +557,10 @@ def make_processor(
             fleet = fleet_time(timer_values.getCurrentWatermarkInMs())
             blob = None if saved is None else bytes(saved[0])
             where = f"bucket {key[0]}"
-            bucket, em = process_or_set_aside(blob, records, fleet, cfg, clock, latest_only, where)
+            stamp = clock
+            if clock is batch_time:
+                stamp = batch_clock(timer_values.getCurrentProcessingTimeInMs())
+            bucket, em = process_or_set_aside(blob, records, fleet, cfg, stamp, latest_only, where)
             if fired is not None and bucket.timer_ms == fired:
                 bucket.timer_ms = None  # Spark deletes a timer once it has fired
             want = bucket.next_timer_ms()

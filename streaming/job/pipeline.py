@@ -352,7 +352,7 @@ def state_query(
     out = state_stream(
         partials,
         s.detectors,
-        buckets.wall_clock,
+        buckets.batch_time,
         topics,
         True,
         initial,

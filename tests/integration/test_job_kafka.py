@@ -376,3 +376,50 @@ def test_a_bucket_over_its_series_limit_keeps_the_firing_series(
     assert f["status"] == "firing"
     assert state["state_series_shed_total"] >= 2, state
     assert state["state_bucket_series_max"] == state["state_series"] == 1, state
+
+
+def test_a_batch_run_again_after_a_crash_publishes_the_same_records(
+    kafka_cluster, spark, unique_name, tmp_path
+):
+    """The state query wrote a batch's records, then the job died before Spark committed it
+    (here: stopped, and the batch's commit removed, as a crash leaves it). The restarted job
+    runs that batch again: the records it writes again are byte for byte the first run's,
+    ``updated_at`` included (the batch's time, which Spark keeps in its offset log), so a
+    reader of the compacted topics sees nothing change."""
+    t = Topics(kafka_cluster.bootstrap_servers, unique_name)
+    produce(t.bootstrap, t.events, lines(recording("close_wait_leak")), key="app-7")
+    ckpt = tmp_path / "ckpt"
+    commits = ckpt / "state" / "commits"
+    settings = t.settings(checkpoint=str(ckpt))
+    conf = "spark.sql.streaming.noDataMicroBatches.enabled"
+    spark.conf.set(conf, "false")  # batches with data only: the last one wrote records
+
+    def last_batch() -> int | None:
+        done = [int(f.name) for f in commits.glob("*") if f.name.isdigit()]
+        offsets = [int(f.name) for f in (ckpt / "state" / "offsets").glob("*") if f.name.isdigit()]
+        return max(done) if done and max(done) == max(offsets) else None
+
+    def outputs() -> list[tuple[str, dict]]:
+        return consume_all(t.bootstrap, t.findings) + consume_all(t.bootstrap, t.aggregates)
+
+    try:
+        job = start_job(spark, settings)
+        try:
+            wait_for("the leak's finding", lambda: consume_all(t.bootstrap, t.findings))
+            time.sleep(3 * settings.trigger_s)  # the partials' last batch, if they came in two
+            batch = wait_for("the state query's last batch committed", last_batch)
+        finally:
+            job.stop(wait_s=30)
+        first = outputs()
+        (commits / str(batch)).unlink()
+        job = start_job(spark, settings)
+        try:
+            wait_for("the batch run again and committed", lambda: (commits / str(batch)).exists())
+            again = wait_for("its records", lambda: outputs()[len(first) :])
+        finally:
+            job.stop(wait_s=30)
+    finally:
+        spark.conf.unset(conf)
+    assert again, "the batch run again wrote nothing"
+    missing = [r for r in again if r not in first]
+    assert not missing, missing[:3]
