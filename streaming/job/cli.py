@@ -128,6 +128,12 @@ def register(subparsers: Any) -> None:
         help="on SIGTERM/SIGINT, wait this long for running micro-batches to finish before "
         f"abandoning them; they run again on restart (default {STOP_TIMEOUT_S:.0f})",
     )
+    job.add_argument(
+        "--describe",
+        action="store_true",
+        help="print the job's topology for these settings (queries, sources, state, sinks, "
+        "topics and checkpoint paths) and exit without starting it",
+    )
     job.set_defaults(func=run_job)
 
     rp = subparsers.add_parser(
@@ -245,6 +251,11 @@ def run_job(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, ``--run-for`` or a failed query. Then stop each query once its
     running micro-batch is committed (one still running after ``--stop-timeout`` is abandoned
     and runs again on restart), stop Spark and its JVM; on a signal, log one line; exit 0."""
+    if getattr(args, "describe", False):
+        from streaming.job.topology import describe
+
+        sys.stdout.write(describe(settings_from_args(args)))
+        return 0
     stop = StopSignal("job").install()  # a signal during Spark's start is acted on after it
     s = settings_from_args(args)
     if s.check_topics:
