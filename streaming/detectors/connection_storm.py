@@ -12,7 +12,8 @@ client's process was paused in this window or the one before (it runs again and 
 the broker closed meanwhile), or the broker dropped or refused its connections in the window
 before (most connects failed, or it dropped busy connections) and now accepts them
 (``recovering``). Such a window gives an ``info`` finding labelled
-recovery; a storm that outlasts it is judged by its cause again.
+recovery; a storm that outlasts it is judged by its cause again, and so is one that was
+already storming before the pause or the outage.
 """
 
 from __future__ import annotations
@@ -127,14 +128,37 @@ def recovering(
 ) -> str | None:
     """``RESUMED`` or ``BROKER_BACK`` when a client-side burst follows a pause or an outage
     (this window, or the series' window just before it), else None. ``why`` is the window's
-    ``cause``: connects that still mostly fail are no recovery yet."""
-    before = [w for w in history if w.window_end == agg.window_start and w.same_series(agg)]
-    if agg.paused_processes or any(w.paused_processes for w in before):
-        return RESUMED
-    if why in _FAILING:
+    ``cause``: connects that still mostly fail are no recovery yet. A series that already
+    stormed in the window before the pause or the outage is not recovering from it: its storm
+    goes on and is judged by its cause (a brief stall of the broker in the middle of a storm
+    must not turn it into a recovery)."""
+
+    def window_before(w: Aggregate) -> Aggregate | None:
+        return next(
+            (h for h in history if h.window_end == w.window_start and h.same_series(agg)), None
+        )
+
+    prev = window_before(agg)
+    if agg.paused_processes or (prev is not None and prev.paused_processes):
+        back, signal = RESUMED, agg if agg.paused_processes else prev
+    elif why in _FAILING:
         return None
-    outage = agg.closes_broker_drop or any(_outage(w, cfg) for w in before)
-    return BROKER_BACK if outage else None
+    elif agg.closes_broker_drop or (prev is not None and _outage(prev, cfg)):
+        back, signal = BROKER_BACK, agg if agg.closes_broker_drop else prev
+    else:
+        return None
+    assert signal is not None
+    already = window_before(signal)
+    return None if already is not None and _stormed(already, cfg) else back
+
+
+def _stormed(w: Aggregate, cfg: DetectorConfig) -> bool:
+    """Window ``w`` of a series opened or cut short connections at a storm's rate."""
+    per_min = 60.0 / w.window_s if w.window_s > 0 else 1.0
+    return (
+        w.opens * per_min >= cfg.storm_opens_per_min
+        or w.short_lived * per_min >= cfg.storm_short_lived_per_min
+    )
 
 
 def _outage(w: Aggregate, cfg: DetectorConfig) -> bool:

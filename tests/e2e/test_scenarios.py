@@ -171,8 +171,11 @@ def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenar
 def test_a_constant_storm_is_a_steady_finding(scenario_session) -> None:
     """The churn client opens connections at a constant rate through the scenario's run: its
     storm finding fires once and never flaps, its severity only rises (at most once, while the
-    rate over the last window fills in at the start), and besides heartbeats it is written at
-    most three times, the last with the settled rate (docs/findings.md, "Rates")."""
+    rate over the last window fills in at the start), and besides heartbeats and changes of
+    its cause it is written at most three times, the last with the settled rate
+    (docs/findings.md, "Rates"). On this loaded machine the broker is sometimes slow to answer
+    for a moment (connects pile up in SYN_SENT): that window names the cause, and the storm
+    goes on after it instead of turning into a recovery."""
     session = scenario_session
     e = Expect("connection_storm", "timewait-raw-churn")
     s = catalog.SCENARIOS["time-wait"]
@@ -186,7 +189,7 @@ def test_a_constant_storm_is_a_steady_finding(scenario_session) -> None:
         assert session.findings.firing_starts(key) == 1, said
         severities = [r["severity"] for r in records]
         assert severities == sorted(severities, key=SEVERITIES.index), said
-        assert len([r for r in records if r["change"] != "heartbeat"]) <= 3, said
+        assert len([r for r in records if r["change"] not in ("heartbeat", "advice")]) <= 3, said
         # The client opens one connection per 100 ms at most: 600/min, less its handshakes.
         assert 250 <= records[-1]["evidence"]["opens_per_min"] <= 650, said
         print(f"{key}: {said}")

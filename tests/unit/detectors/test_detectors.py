@@ -640,6 +640,31 @@ def test_a_burst_right_after_a_pause_or_an_outage_is_recovery(before, now, expec
         assert "new client per request" not in f.summary
 
 
+@pytest.mark.parametrize(
+    ("signal", "now"),
+    [
+        ({"syn_sent_count": 12}, {}),  # the broker was slow to answer for a moment
+        ({"closes_broker_drop": 3}, {}),
+        ({"paused_processes": 1, "paused_how": "stopped"}, {}),
+        ({}, {"closes_broker_drop": 2}),
+    ],
+)
+def test_a_storm_that_went_on_through_a_stall_is_no_recovery(signal, now):
+    """The client stormed before the stall (or the pause): the storm goes on, with its cause,
+    instead of turning into a recovery for two windows."""
+    history = [make_agg(3, **_BURST), make_agg(4, **{**_BURST, **signal})]
+    if now:
+        history = history[1:]
+        history[0] = make_agg(4, **_BURST)
+    agg = make_agg(5, **{**_BURST, **now})
+    assert connection_storm.recovering(agg, CFG, history, connection_storm.cause(agg, CFG)) is None
+    (f,) = connection_storm.detect(agg, CFG, history)
+    assert f.severity == "warning" and "a new client per request" in f.summary
+    # Healthy before the same stall: a recovery.
+    calm = [make_agg(3), *history[-1:]] if not now else [make_agg(4)]
+    assert connection_storm.recovering(agg, CFG, calm, connection_storm.cause(agg, CFG))
+
+
 def test_recovery_lasts_one_window_after_the_pause():
     paused = make_agg(3, paused_processes=1, paused_how="stopped")
     history = [paused, make_agg(4)]
