@@ -55,13 +55,19 @@ def span(agg: Aggregate, history: Sequence[Aggregate] = ()) -> dict[str, float]:
     when a window opens nor extrapolates from a window's first seconds; a burst counts once."""
     counts = {name: float(getattr(agg, name)) for name in COUNTED}
     share = _previous_share(agg)
-    if share > 0:
-        for w in reversed(history):
-            if w.window_end == agg.window_start and w.same_series(agg):
-                for name in COUNTED:
-                    counts[name] += share * getattr(w, name)
-                break
+    prev = _window_before(agg, agg, history) if share > 0 else None
+    if prev is not None:
+        for name in COUNTED:
+            counts[name] += share * getattr(prev, name)
     return counts
+
+
+def _window_before(agg: Aggregate, w: Aggregate, history: Sequence[Aggregate]) -> Aggregate | None:
+    """The window of ``agg``'s series just before window ``w``, if the history has it."""
+    return next(
+        (h for h in reversed(history) if h.window_end == w.window_start and h.same_series(agg)),
+        None,
+    )
 
 
 def _previous_share(agg: Aggregate) -> float:
@@ -132,13 +138,7 @@ def recovering(
     stormed in the window before the pause or the outage is not recovering from it: its storm
     goes on and is judged by its cause (a brief stall of the broker in the middle of a storm
     must not turn it into a recovery)."""
-
-    def window_before(w: Aggregate) -> Aggregate | None:
-        return next(
-            (h for h in history if h.window_end == w.window_start and h.same_series(agg)), None
-        )
-
-    prev = window_before(agg)
+    prev = _window_before(agg, agg, history)
     if agg.paused_processes or (prev is not None and prev.paused_processes):
         back, signal = RESUMED, agg if agg.paused_processes else prev
     elif why in _FAILING:
@@ -148,16 +148,17 @@ def recovering(
     else:
         return None
     assert signal is not None
-    already = window_before(signal)
+    already = _window_before(agg, signal, history)
     return None if already is not None and _stormed(already, cfg) else back
 
 
 def _stormed(w: Aggregate, cfg: DetectorConfig) -> bool:
-    """Window ``w`` of a series opened or cut short connections at a storm's rate."""
-    per_min = 60.0 / w.window_s if w.window_s > 0 else 1.0
+    """Window ``w`` of a series (an earlier, complete one) opened or cut short connections at
+    a storm's rate, on its own counts: the same whether the history was restored or not."""
+    r = _rates({name: float(getattr(w, name)) for name in COUNTED}, w)
     return (
-        w.opens * per_min >= cfg.storm_opens_per_min
-        or w.short_lived * per_min >= cfg.storm_short_lived_per_min
+        r["opens_per_min"] >= cfg.storm_opens_per_min
+        or r["short_lived_per_min"] >= cfg.storm_short_lived_per_min
     )
 
 

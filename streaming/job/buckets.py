@@ -95,10 +95,8 @@ def wall_clock(_agg: Aggregate) -> str:
     return iso_now()
 
 
-def batch_time(_agg: Aggregate) -> str:
-    """The live job's clock for ``make_processor``: each call stamps its records with its
-    micro-batch's time instead (``batch_clock``)."""
-    return iso_now()
+# A clock per micro-batch: ``make_processor`` gives it the state query's batch time (ms).
+BatchClock = Callable[[int], Callable[[Aggregate], str]]
 
 
 def batch_clock(batch_ms: int) -> Callable[[Aggregate], str]:
@@ -115,6 +113,11 @@ def batch_clock(batch_ms: int) -> Callable[[Aggregate], str]:
 def window_end_clock(agg: Aggregate) -> str:
     """``updated_at`` of a replay: the window's end, so a replay is deterministic."""
     return agg.window_end
+
+
+def at_window_end(_batch_ms: int) -> Callable[[Aggregate], str]:
+    """A replay's ``BatchClock``: every batch stamps with the window's end."""
+    return window_end_clock
 
 
 class Record(NamedTuple):
@@ -494,13 +497,14 @@ def fleet_time(watermark_ms: int) -> float | None:
 
 def make_processor(
     cfg: DetectorConfig,
-    clock: Callable[[Aggregate], str],
+    clock: BatchClock,
     topics: Mapping[str, str],
     latest_only: bool = True,
     max_series: int | None = None,
 ) -> Any:
     """The ``transformWithState`` processor over buckets (built here so importing this module
-    needs no Spark). ``max_series``: most series a bucket keeps (``Bucket.shed``)."""
+    needs no Spark). ``clock``: the ``updated_at`` of a batch's records, from its time;
+    ``max_series``: most series a bucket keeps (``Bucket.shed``)."""
     from pyspark.sql import Row
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -557,9 +561,7 @@ def make_processor(
             fleet = fleet_time(timer_values.getCurrentWatermarkInMs())
             blob = None if saved is None else bytes(saved[0])
             where = f"bucket {key[0]}"
-            stamp = clock
-            if clock is batch_time:
-                stamp = batch_clock(timer_values.getCurrentProcessingTimeInMs())
+            stamp = clock(timer_values.getCurrentProcessingTimeInMs())
             bucket, em = process_or_set_aside(blob, records, fleet, cfg, stamp, latest_only, where)
             if fired is not None and bucket.timer_ms == fired:
                 bucket.timer_ms = None  # Spark deletes a timer once it has fired

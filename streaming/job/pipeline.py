@@ -153,7 +153,7 @@ def partials_source(spark: SparkSession, s: JobSettings, run_id: str, buckets: i
 def state_stream(
     records: DataFrame,
     cfg: DetectorConfig,
-    clock: Callable[[Any], str],
+    clock: buckets.BatchClock,
     topics: Mapping[str, str],
     latest_only: bool,
     initial: DataFrame | None = None,
@@ -352,7 +352,7 @@ def state_query(
     out = state_stream(
         partials,
         s.detectors,
-        buckets.batch_time,
+        buckets.batch_clock,
         topics,
         True,
         initial,
@@ -475,7 +475,7 @@ def replay(
             records = spark.readStream.schema(schema).json(folder)
             kinds = {k: k for k in ("aggregates", "findings", "deadletter")}
             _run_to_end(
-                state_stream(records, cfg, buckets.window_end_clock, kinds, False)
+                state_stream(records, cfg, buckets.at_window_end, kinds, False)
                 .writeStream.outputMode("update")
                 .foreachBatch(collect),
                 f"{work}/{STATE_QUERY}",

@@ -364,8 +364,7 @@ class Tracker:
             else:
                 self.held.pop(series, None)
         else:
-            del self.history[series]
-            self.held.pop(series, None)
+            self.forget({series})
 
 
 _history_values = operator.attrgetter(*HISTORY_FIELDS)
