@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from streaming.job.settings import JobSettings
 from streaming.job.topology import describe
 from streaming.schema.findings import KINDS
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_topology_names_every_topic_checkpoint_and_the_state():
@@ -38,10 +43,14 @@ def test_the_topology_names_every_topic_checkpoint_and_the_state():
     assert "temporary folder" in describe(JobSettings())
 
 
-def test_the_command_prints_it_without_spark_and_names_a_wrong_setting():
-    run = [sys.executable, "-m", "streaming", "job", "--describe"]
-    ok = subprocess.run([*run, "--state-buckets", "8"], capture_output=True, text=True, timeout=60)
+def test_the_documented_command_prints_it_without_spark_and_a_wrong_setting_is_named():
+    """The command as docs/job.md gives it."""
+    (doc,) = re.findall(r"`connmon (job --describe [^`]*)`", (ROOT / "docs/job.md").read_text())
+    run = [sys.executable, "-m", "streaming", *shlex.split(doc)]
+    ok = subprocess.run(run, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert ok.returncode == 0, ok.stderr
-    assert "over 8 buckets" in ok.stdout and "pyspark" not in ok.stderr.lower()
+    assert "over 1024 buckets" in ok.stdout and "pyspark" not in ok.stderr.lower()
+    assert "checkpoint s3a://connmon/ckpt/state" in ok.stdout
+    run = [sys.executable, "-m", "streaming", "job", "--describe"]
     bad = subprocess.run([*run, "--state-buckets", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "state-buckets" in bad.stderr
