@@ -50,6 +50,7 @@ from streaming.agent.records import (
 )
 from streaming.schema.clients import UNKNOWN_LIBRARY, version_tuple
 from streaming.schema.events import TCP_STATES
+from streaming.schema.fds import FdUsage, nearest_limit
 
 PEER_CLOSE_STATES = frozenset({CLOSE_WAIT, LAST_ACK})
 LOCAL_CLOSE_STATES = frozenset({FIN_WAIT1, FIN_WAIT2, CLOSING, TIME_WAIT})
@@ -472,13 +473,19 @@ class SocketLifecycles:
 
     # ---- summaries ----------------------------------------------------------------------
     def summaries(
-        self, now: float, interval_s: float, paused: Callable[[int], str | None] | None = None
+        self,
+        now: float,
+        interval_s: float,
+        paused: Callable[[int], str | None] | None = None,
+        fds: Callable[[int], FdUsage | None] | None = None,
     ) -> list[dict]:
         """One summary per (cluster, side, app, broker, peer_host, state) group with sockets now,
         plus a zero-count summary for each group that had sockets last time (so a drop is seen).
-        ``paused`` says how a pid is paused (``pause.PauseProbe.how``), asked once per pid.
+        ``paused`` says how a pid is paused (``pause.PauseProbe.how``), ``fds`` its file
+        descriptors (``fds.fd_usage``); each asked once per pid.
         """
         pause_of = functools.cache(paused) if paused is not None else None
+        fds_of = functools.cache(fds) if fds is not None else None
         groups: dict[tuple, list[Tracked]] = {}
         for t in self.sockets.values():
             m = t.meta
@@ -489,12 +496,12 @@ class SocketLifecycles:
             m = members[0].meta
             out.append(
                 self._summary(
-                    key, members, now, interval_s, m.broker_id, m.broker_endpoint, pause_of
+                    key, members, now, interval_s, m.broker_id, m.broker_endpoint, pause_of, fds_of
                 )
             )
         for key, (broker_id, endpoint) in self._last_groups.items():
             if key not in groups:
-                out.append(self._summary(key, [], now, interval_s, broker_id, endpoint, None))
+                out.append(self._summary(key, [], now, interval_s, broker_id, endpoint, None, None))
         self._last_groups = {
             k: (ms[0].meta.broker_id, ms[0].meta.broker_endpoint) for k, ms in groups.items()
         }
@@ -509,6 +516,7 @@ class SocketLifecycles:
         broker_id: int | None,
         broker_endpoint: str,
         pause_of: Callable[[int], str | None] | None,
+        fds_of: Callable[[int], FdUsage | None] | None,
     ) -> dict:
         cluster, side, app, _broker, peer_host, state = key
         per_pid: dict[int, list[Tracked]] = {}
@@ -540,6 +548,9 @@ class SocketLifecycles:
         pauses = Counter(
             how for pid in per_pid if pause_of is not None and (how := pause_of(pid)) is not None
         )
+        fds = nearest_limit(
+            [u for pid in per_pid if fds_of is not None and (u := fds_of(pid)) is not None]
+        )
         return {
             "kind": "summary",
             "cluster": cluster,
@@ -567,6 +578,8 @@ class SocketLifecycles:
             "process_role": role,
             "paused_processes": sum(pauses.values()) or None,
             "paused_how": max(pauses, key=lambda h: (pauses[h], h)) if pauses else None,
+            "fds_open": fds[0] if fds else None,
+            "fds_limit": fds[1] if fds else None,
         }
 
 

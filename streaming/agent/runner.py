@@ -19,6 +19,7 @@ from streaming.agent.apps import AppNamer, label_keys
 from streaming.agent.collector import Collector
 from streaming.agent.config import AgentConfig, ConfigError
 from streaming.agent.events import EventFactory, make_agent_id
+from streaming.agent.fds import fd_usage
 from streaming.agent.kafka_meta import (
     Classification,
     ClusterEndpoints,
@@ -36,6 +37,7 @@ from streaming.agent.procs import ProcessTable, ProcInfo
 from streaming.agent.records import CLOSE, TIME_WAIT, SocketRecord
 from streaming.schema.clients import evidence_of
 from streaming.schema.events import TCP_STATES
+from streaming.schema.fds import FdUsage
 
 log = logging.getLogger(__name__)
 
@@ -409,10 +411,16 @@ class Agent:
                 fresh.append((rec, c))
         return unchanged, fresh, counts
 
+    def _fd_usage(self, pid: int) -> FdUsage | None:
+        return fd_usage(pid, self.cfg.proc_root)
+
     def summarize(self, now: float) -> int:
         """Summaries for every group plus the heartbeat."""
         n = 0
-        for fields in self.lifecycles.summaries(now, self.cfg.summary_interval_s, self.pauses.how):
+        summaries = self.lifecycles.summaries(
+            now, self.cfg.summary_interval_s, self.pauses.how, self._fd_usage
+        )
+        for fields in summaries:
             self._emit(fields, now)
             n += 1
         opens, fails = procnet.read_tcp_counters(self.cfg.proc_root)

@@ -7,6 +7,7 @@ mean the application never calls close(): a library leak or a stalled network th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from streaming.detectors.advice import paused, paused_note
@@ -40,6 +41,19 @@ _BROKER_ADVICE = (
 )
 
 
+def _least_squares(points: list[tuple[float, float]]) -> float | None:
+    """Slope of the least-squares line through ``points`` (None below three or at one time)."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mc = sum(c for _, c in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mt) * (c - mc) for t, c in points) / var
+
+
 def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
     """CLOSE_WAIT sockets per second over the series' windows of the last ``span_s`` (least
     squares over each window's newest count, the current one at its newest event; the in-window
@@ -53,15 +67,56 @@ def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -
         if w.close_wait_count > 0 and end - epoch(w.window_end) < span_s and w.same_series(agg)
     ]
     points.append((epoch(agg.window_start) + agg.covered_s(), float(agg.close_wait_count)))
-    if len(points) < 3:
+    return _least_squares(points)
+
+
+def fd_trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
+    """File descriptors per second the series' process opens, over the same windows as
+    ``trend``: it sees every descriptor the process leaks (toward other brokers, files), the
+    CLOSE_WAIT slope only this series' sockets."""
+    if agg.fds_open is None:
         return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mc = sum(c for _, c in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var == 0:
+    end = epoch(agg.window_end)
+    points = [
+        (epoch(w.window_end), float(w.fds_open))
+        for w in history
+        if w.fds_open is not None and end - epoch(w.window_end) < span_s and w.same_series(agg)
+    ]
+    points.append((epoch(agg.window_start) + agg.covered_s(), float(agg.fds_open)))
+    return _least_squares(points)
+
+
+def fd_exhaustion_in_s(
+    agg: Aggregate, history: Sequence[Aggregate], growth: float | None
+) -> float | None:
+    """Seconds until the process's open descriptors reach its limit, from its latest summary,
+    at the steeper of ``growth`` (the CLOSE_WAIT slope) and ``fd_trend``; None when either
+    number is unknown or nothing grows."""
+    if agg.fds_open is None or not agg.fds_limit:
         return None
-    return sum((t - mt) * (c - mc) for t, c in points) / var
+    rate = max((v for v in (growth, fd_trend(agg, history)) if v is not None), default=None)
+    if rate is None or rate <= 0:
+        return None
+    return max(agg.fds_limit - agg.fds_open, 0) / rate
+
+
+def within(seconds: float) -> str:
+    """A deadline in words, rounded up to 1, 2, 4, 8, 15 or 30 minutes, or whole hours: the
+    sentence changes only when the time left halves, not at every evaluation."""
+    minutes = seconds / 60.0
+    for step in (1, 2, 4, 8, 15, 30):
+        if minutes <= step:
+            return "within a minute" if step == 1 else f"within {step} minutes"
+    hours = math.ceil(minutes / 60.0)
+    return "within an hour" if hours == 1 else f"within {hours} hours"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def slope(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate]) -> float | None:
@@ -101,7 +156,9 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         return []
     growth = slope(agg, cfg, history)
     rising = growth is not None and growth >= cfg.close_wait_critical_slope_per_s
-    critical = count >= cfg.close_wait_critical_count or rising
+    left = fd_exhaustion_in_s(agg, history, growth)
+    exhausting = left is not None and left < cfg.fd_exhaustion_critical_s
+    critical = count >= cfg.close_wait_critical_count or rising or exhausting
     if agg.side == "client":
         who = f"{agg.app} on {agg.host}"
     else:
@@ -111,10 +168,22 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         f"{who} holds {count} socket(s) in CLOSE_WAIT toward {toward}, the oldest for "
         f"{oldest:.0f} s" + (", and the count is rising." if rising else ".")
     )
+    if agg.fds_open is not None and agg.fds_limit:
+        summary += f" It has {agg.fds_open} of {agg.fds_limit} file descriptors open"
+        summary += (
+            f" and runs out in about {_duration(left)} at this rate." if left is not None else "."
+        )
     if agg.side == "client":
         advice = _client_advice(agg, cfg)
     else:
         advice = paused(agg) or _BROKER_ADVICE.format(peer=agg.peer_host)
+    if exhausting:
+        assert left is not None
+        process = agg.app if agg.side == "client" else f"broker {agg.broker}"
+        advice = (
+            f"Act {within(left)}: {process} on {agg.host} runs out of file descriptors (limit "
+            f"{agg.fds_limit}) and then fails every new connection and file with EMFILE. " + advice
+        )
     summary += paused_note(agg)
     evidence = {
         "close_wait_count": count,
@@ -124,6 +193,10 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
         "closes_peer": agg.closes_peer,
         **({"paused_processes": agg.paused_processes} if agg.paused_processes else {}),
     }
+    if agg.fds_open is not None and agg.fds_limit:
+        evidence["fds_open"] = agg.fds_open
+        evidence["fds_limit"] = agg.fds_limit
+        evidence["fd_exhaustion_in_s"] = None if left is None else round(left, 1)
     return [
         Finding.for_series(
             agg, KIND, "critical" if critical else "warning", summary, advice, evidence

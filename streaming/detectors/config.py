@@ -24,6 +24,9 @@ class DetectorConfig:
     # A rising CLOSE_WAIT count is critical too: sockets per second, the larger of the slope
     # within the window and the trend over the series' windows of the last 15 minutes.
     close_wait_critical_slope_per_s: float = 0.05
+    # ... and so is one whose process runs out of file descriptors sooner than this at the
+    # rate they grow (the steeper of the CLOSE_WAIT slope and the fd count's own trend).
+    fd_exhaustion_critical_s: float = 3600.0
 
     # idle_churn: closes after at least this much idle, then a re-open to the same broker.
     idle_churn_min_idle_s: float = 240.0

@@ -24,6 +24,9 @@ from streaming.schema.aggregates import SERIES_FIELDS, key_part, series_key
 from streaming.schema.clients import LIBRARY_EVIDENCE, UNKNOWN_LIBRARY, version_tuple
 from streaming.schema.events import STATE_NAMES
 
+# The process nearest its fd limit: a whole pair from one summary (``records`` picks the
+# nearer of the two states' pairs).
+_FDS = ("fds_open", "fds_limit")
 # Latest-summary fields kept per state; ESTABLISHED and CLOSE_WAIT carry more detail.
 STATE_DETAIL = {
     "ESTABLISHED": (
@@ -36,8 +39,9 @@ STATE_DETAIL = {
         "dup_unused_processes",
         "dup_used_max_idle_s",
         "dup_used_active_idle_s",
+        *_FDS,
     ),
-    "CLOSE_WAIT": ("oldest_state_age_s",),
+    "CLOSE_WAIT": ("oldest_state_age_s", *_FDS),
 }
 SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
 SERIES = SERIES_FIELDS

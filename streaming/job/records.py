@@ -12,6 +12,7 @@ from typing import Any
 
 from streaming.job.open_windows import SUMMARY_STATES, state_col
 from streaming.schema.aggregates import Aggregate
+from streaming.schema.fds import FdUsage, nearest_limit
 from streaming.schema.times import iso
 
 
@@ -45,11 +46,21 @@ def _attempt_fails_per_min(row: Mapping[str, Any]) -> float | None:
     return (last - first) * 60.0 / (t1 - t0)
 
 
+def _fds(*states: Mapping[str, Any]) -> FdUsage | None:
+    """The pair of the process nearest its fd limit among the current states' summaries."""
+    return nearest_limit(
+        (int(s["fds_open"]), int(s["fds_limit"]))
+        for s in states
+        if s.get("fds_open") is not None and s.get("fds_limit")
+    )
+
+
 def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
     """One finished window row (``open_windows.finish``) as an ``Aggregate``."""
     states = _current_states(row)
     est = states.get("ESTABLISHED", {})
     cw = states.get("CLOSE_WAIT", {})
+    fds = _fds(est, cw)
     return Aggregate(
         side=row["side"],
         host=row["host"],
@@ -101,6 +112,8 @@ def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
         lifetime_avg_s=_num(row.get("lifetime_avg_s")),
         lifetime_max_s=_num(row.get("lifetime_max_s")),
         last_event_time=iso(row.get("last_event_s")),
+        fds_open=fds[0] if fds else None,
+        fds_limit=fds[1] if fds else None,
     )
 
 

@@ -77,6 +77,8 @@ HISTORY_FIELDS = (
     "closes_peer",
     "closes_unknown",
     "syn_sent_count",
+    # The fd count's own trend (close_wait_buildup's time to fd exhaustion).
+    "fds_open",
     "client_library",
     "client_version",
     "client_library_evidence",

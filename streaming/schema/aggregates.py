@@ -130,6 +130,10 @@ class Aggregate:
     # Processes of the series the agent saw paused in the window, and how (events.PAUSES).
     paused_processes: int = 0
     paused_how: str | None = None
+    # File descriptors of the series' process nearest its limit, at the latest summary: open
+    # ones and its soft RLIMIT_NOFILE (absent when the agent could not read them).
+    fds_open: int | None = None
+    fds_limit: int | None = None
 
     # Cached: the job's driver asks each aggregate for them a dozen times (keys, history).
     # Identity fields are never changed in place (``dataclasses.replace`` makes a new one).

@@ -400,6 +400,22 @@ FIELDS: tuple[Field, ...] = (
         enum=PAUSES,
     ),
     Field(
+        "fds_open",
+        "long",
+        "Open file descriptors of the group's process nearest its limit (the highest share "
+        "of fds_limit in use); absent when no process's fd table could be read.",
+        kinds=("summary",),
+        minimum=0,
+    ),
+    Field(
+        "fds_limit",
+        "long",
+        "That process's soft limit on open files (RLIMIT_NOFILE); absent when unlimited or "
+        "unreadable.",
+        kinds=("summary",),
+        minimum=1,
+    ),
+    Field(
         "interval_s",
         "double",
         "Seconds between summaries (and heartbeats); short_lived: the period counted.",

@@ -379,7 +379,8 @@ def test_a_group_split_between_two_versions_is_named_by_the_newer() -> None:
         assert (s["client_library"], s["client_version"]) == ("librdkafka", "2.10.0")
 
 
-def test_summaries_count_the_groups_paused_processes() -> None:
+def _three_processes() -> SocketLifecycles:
+    """One group: pid 100 (META) with two sockets, pids 200 and 300 with one each."""
     t = SocketLifecycles()
     other = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=200)
     third = Meta("prod", "client", "orders", 2, "kafka-2:9092", pid=300)
@@ -392,6 +393,11 @@ def test_summaries_count_the_groups_paused_processes() -> None:
             (rec(ESTABLISHED, 40003, 4), third),
         ],
     )
+    return t
+
+
+def test_summaries_count_the_groups_paused_processes() -> None:
+    t = _three_processes()
     asked: list[int] = []
 
     def how(pid: int) -> str | None:
@@ -404,6 +410,24 @@ def test_summaries_count_the_groups_paused_processes() -> None:
     _valid([s])
     (running,) = t.summaries(5.0, 15.0, lambda pid: None)
     assert running["paused_processes"] is None and running["paused_how"] is None
+
+
+def test_a_summary_carries_the_fds_of_its_process_nearest_its_limit() -> None:
+    t = _three_processes()
+    asked: list[int] = []
+    # pid 100 has the most open, pid 200 the least left, pid 300 the highest share in use.
+    usage = {100: (3000, 65536), 200: (900, 1024), 300: (230, 256)}
+
+    def fds(pid: int) -> tuple[int, int] | None:
+        asked.append(pid)
+        return usage.get(pid)
+
+    (s,) = t.summaries(0.0, 15.0, fds=fds)
+    assert (s["fds_open"], s["fds_limit"]) == (230, 256)
+    assert sorted(asked) == [100, 200, 300]
+    _valid([s])
+    (unread,) = t.summaries(5.0, 15.0, fds=lambda pid: None)
+    assert unread["fds_open"] is None and unread["fds_limit"] is None
 
 
 def test_a_summary_names_the_role_of_its_processes() -> None:

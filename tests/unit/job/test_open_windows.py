@@ -17,6 +17,7 @@ from streaming.job.open_windows import (
     merge,
     new_window,
 )
+from streaming.job.records import to_aggregate
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
 
@@ -37,11 +38,13 @@ def part(start: float = T0, host: str = "app-1", **fields) -> dict:
     return row
 
 
-def cw(t: float, count: int, age: float) -> dict:
+def cw(t: float, count: int, age: float, fds: tuple[int, int] | None = None) -> dict:
     return {
         flat_col("CLOSE_WAIT", "t"): t,
         flat_col("CLOSE_WAIT", "count"): count,
         flat_col("CLOSE_WAIT", "oldest_state_age_s"): age,
+        flat_col("CLOSE_WAIT", "fds_open"): fds[0] if fds else None,
+        flat_col("CLOSE_WAIT", "fds_limit"): fds[1] if fds else None,
         "summary_last_t": t,
         "summary_interval_s": 10.0,
     }
@@ -51,14 +54,17 @@ def test_merge_adds_counts_and_keeps_extremes_and_the_newest_summary():
     ws = OpenWindows(60.0, 120.0)
     a = part(events=5, opens=2, lifetime_sum_s=10.0, lifetime_n=2, lifetime_max_s=7.0,
              hb_t_first=T0 + 5, hb_fails_first=10, hb_t_last=T0 + 5, hb_fails_last=10,
-             **cw(T0 + 30, 3, 100.0))  # fmt: skip
+             **cw(T0 + 30, 3, 100.0, (40, 1024)))  # fmt: skip
     b = part(events=4, opens=1, lifetime_sum_s=2.0, lifetime_n=2, lifetime_max_s=1.5,
              hb_t_first=T0 + 2, hb_fails_first=8, hb_t_last=T0 + 50, hb_fails_last=20,
-             last_event_s=T0 + 55, **cw(T0 + 20, 9, 500.0))  # fmt: skip
+             last_event_s=T0 + 55, **cw(T0 + 20, 9, 500.0, (900, 4096)))  # fmt: skip
     (row,) = ws.apply([a, b]).rows
     assert (row["events"], row["opens"], row["lifetime_max_s"]) == (9, 3, 7.0)
     assert row["lifetime_avg_s"] == 3.0  # (10 + 2) / 4
-    assert row["st_close_wait"] == {"t": T0 + 30, "count": 3, "oldest_state_age_s": 100.0}
+    # The newest summary whole: its fd pair too, though the older one has more open.
+    assert row["st_close_wait"] == {
+        "t": T0 + 30, "count": 3, "oldest_state_age_s": 100.0, "fds_open": 40, "fds_limit": 1024
+    }  # fmt: skip
     assert (row["hb_fails_first"], row["hb_fails_last"]) == (8, 20)
     assert (row["window_end_s"], row["last_event_s"]) == (T0 + 60, T0 + 55)
 
@@ -74,6 +80,28 @@ def test_the_duplicate_connection_comes_from_the_newest_established_summary():
     assert row["st_established"]["dup_conn"] == "a->b"
     (row,) = ws.apply([part(**est(T0 + 50, None))]).rows
     assert row["st_established"]["dup_conn"] is None
+
+
+def test_the_aggregate_takes_the_fds_of_the_process_nearest_its_limit():
+    """ESTABLISHED and CLOSE_WAIT summaries of one tick may name different processes of the
+    series: the aggregate carries the pair with the higher share in use, never a mix."""
+    est = {
+        flat_col("ESTABLISHED", "t"): T0 + 30,
+        flat_col("ESTABLISHED", "count"): 2,
+        flat_col("ESTABLISHED", "fds_open"): 900,
+        flat_col("ESTABLISHED", "fds_limit"): 65536,
+    }
+    (row,) = OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0, (200, 256)))]).rows
+    a = to_aggregate(row, 60.0)
+    assert (a.fds_open, a.fds_limit) == (200, 256)
+    (row,) = OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0))]).rows
+    a = to_aggregate(row, 60.0)
+    assert (a.fds_open, a.fds_limit) == (900, 65536)
+    # A CLOSE_WAIT summary of an older tick is not current: its pair is not used.
+    stale = {**cw(T0 + 5, 3, 90.0, (250, 256)), "summary_last_t": T0 + 30}
+    (row,) = OpenWindows(60.0, 120.0).apply([part(**stale, **est)]).rows
+    a = to_aggregate(row, 60.0)
+    assert (a.fds_open, a.fds_limit, a.close_wait_count) == (900, 65536, 0)
 
 
 def test_events_of_a_closed_window_are_late_and_counted():
