@@ -71,6 +71,24 @@ panels = [
         "s",
         thresholds=[(d.zombie_idle_s, "red")],
     ),
+    gf.timeseries(
+        "Broker file descriptors in use",
+        "Open file descriptors of each broker process as a share of its soft limit on open "
+        "files (RLIMIT_NOFILE). At the line (100%) the broker accepts no connection and opens "
+        "no log segment. ConnMonFdExhaustionPredicted fires when the trend of the last "
+        f"{cfg.fd_exhaustion_range} reaches it within {cfg.fd_exhaustion_horizon_s / 60:g} "
+        "minutes. No line: the agent could not read the process's descriptors, or its limit is "
+        "unlimited.",
+        [
+            (
+                f"max by (cluster, host, app) (connmon_process_fd_usage_ratio{{{F}}})",
+                "{{app}} @ {{host}} ({{cluster}})",
+            )
+        ],
+        "percentunit",
+        thresholds=[(1.0, "red")],
+        width=24,
+    ),
 ]
 
 dashboard = gf.dashboard(

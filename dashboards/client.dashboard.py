@@ -9,6 +9,7 @@ F = (
     'broker_id=~"$broker"'
 )
 BY = "{{app}} @ {{host}} -> {{cluster}}/{{broker_id}}"
+PROC = "{{app}} @ {{host}} ({{cluster}})"
 
 panels = [
     gf.row("Sockets"),
@@ -54,6 +55,19 @@ panels = [
         [(f"connmon_max_idle_seconds{{{F}}}", BY)],
         "s",
         thresholds=[(d.duplicate_idle_s, "orange"), (d.zombie_idle_s, "red")],
+    ),
+    gf.timeseries(
+        "File descriptors in use",
+        "Open file descriptors of the client process as a share of its soft limit on open "
+        "files (RLIMIT_NOFILE); of several processes of one app on a host, the one nearest its "
+        "limit. At the line (100%) it can open no socket or file. "
+        f"ConnMonFdExhaustionPredicted fires when the trend of the last {cfg.fd_exhaustion_range}"
+        f" reaches it within {cfg.fd_exhaustion_horizon_s / 60:g} minutes. No line: the agent "
+        "could not read the process's descriptors, or its limit is unlimited.",
+        [(f"max by (cluster, host, app) (connmon_process_fd_usage_ratio{{{F}}})", PROC)],
+        "percentunit",
+        thresholds=[(1.0, "red")],
+        width=24,
     ),
     gf.row("Churn"),
     gf.timeseries(

@@ -44,8 +44,8 @@ CASES = {
     "mixed50k": ("16k pairs + 34k findings", 16_000, 34_000),
     "healthy50k": ("50k healthy pairs", 50_000, 0),
 }
-# A healthy client x broker window: ESTABLISHED sockets, no event, its client library known
-# (3 samples: the shape most of a fleet has).
+# A healthy client x broker window: ESTABLISHED sockets, no event, its client library and its
+# process's fd usage known (4 samples: the shape most of a fleet has).
 HEALTHY = {
     "sockets": {"ESTABLISHED": 2}, "close_wait_count": 0, "close_wait_oldest_age_s": None,
     "close_wait_slope_per_s": None, "opens": 0, "closes_peer": 0, "closes_after_idle": 0,

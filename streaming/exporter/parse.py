@@ -171,6 +171,8 @@ _RATES = (
     ("connmon_idle_closes_per_second", "closes_after_idle"),
     ("connmon_short_lived_connections_per_second", "short_lived"),
 )
+# The process's open descriptors over its soft limit (fds_open / fds_limit, both optional).
+FD_USAGE = "connmon_process_fd_usage_ratio"
 
 
 def parse_aggregate(raw: bytes | str) -> Aggregate:
@@ -187,7 +189,8 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     if not isinstance(sockets_obj, dict):
         raise InvalidMessage("invalid_value", "sockets is not an object")
     # Only what says something becomes a sample: no socket in a state, no event in the window,
-    # no age without such a socket is absent, not 0 (a healthy series costs 2-3 samples).
+    # no age without such a socket is absent, not 0 (a healthy series costs 2-3 samples, one
+    # more when its process's fd usage is known).
     sockets = {
         clean(state).upper(): n
         for state in sorted(sockets_obj)
@@ -206,12 +209,27 @@ def parse_aggregate(raw: bytes | str) -> Aggregate:
     slope = _num(obj, "close_wait_slope_per_s")
     if slope is not None:
         gauges["connmon_close_wait_slope_per_second"] = slope
+    fd_usage = _fd_usage(obj)
+    if fd_usage is not None:
+        gauges[FD_USAGE] = fd_usage
     closes = {
         by: value / window_s
         for by in ("local", "peer", "unknown")
         if (value := _nonneg(obj, f"closes_{by}"))
     }
     return Aggregate(labels, end, window_s, sockets, gauges, closes, _library(obj, labels[0]))
+
+
+def _fd_usage(obj: dict[str, Any]) -> float | None:
+    """``fds_open / fds_limit`` of the series' process, capped at 1 (a limit lowered under the
+    descriptors already open); None when either is unknown or the limit is 0."""
+    fds_open, fds_limit = _num(obj, "fds_open"), _num(obj, "fds_limit")
+    for name, value in (("fds_open", fds_open), ("fds_limit", fds_limit)):
+        if value is not None and value < 0:
+            raise InvalidMessage("invalid_value", f"{name}={value!r} is negative")
+    if fds_open is None or not fds_limit:
+        return None
+    return min(fds_open / fds_limit, 1.0)
 
 
 def _library(obj: dict[str, Any], side: str) -> tuple[str, str] | None:

@@ -24,7 +24,7 @@ def aggregate(end: float = NOW - 5, **over) -> bytes:
         "opens": 6, "closes_local": 0, "closes_peer": 3, "closes_unknown": 0,
         "closes_after_idle": 1, "short_lived": 0,
         "lifetime_avg_s": 540.9, "lifetime_max_s": 540.9,
-        "dup_processes": 0, "dup_max_idle_s": None,
+        "dup_processes": 0, "dup_max_idle_s": None, "fds_open": 256, "fds_limit": 1024,
     }  # fmt: skip
     msg.update(over)
     return json.dumps(msg).encode()

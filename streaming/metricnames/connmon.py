@@ -26,7 +26,8 @@ def _job(name: str, type_: str, help_: str) -> Metric:
 
 # A per-series sample is written only when it says something: a state with no socket, a
 # rate of zero, an age or idle time with no such socket is absent, not 0 (docs/metrics.md
-# "Absent means none"). A healthy steady series is then two or three samples.
+# "Absent means none"). A healthy steady series is then two or three samples, plus its
+# process's fd usage when the agent could read it.
 AGGREGATE_METRICS: tuple[Metric, ...] = (
     _series(
         "connmon_sockets",
@@ -92,6 +93,14 @@ AGGREGATE_METRICS: tuple[Metric, ...] = (
         "connmon_short_lived_connections_per_second",
         "Connections that lived shorter than the storm threshold, averaged over the window; "
         "absent when none.",
+    ),
+    _series(
+        "connmon_process_fd_usage_ratio",
+        "Open file descriptors of the series' process nearest its limit, as a share of its soft "
+        "RLIMIT_NOFILE (0 to 1; at 1 it can open no file or socket), at the window's latest "
+        "summary; on the broker side the process is the broker. Absent when the agent could "
+        "not read them or the limit is unlimited. One value per process, repeated on each of "
+        "its series: take the max by cluster, side, host and app.",
     ),
     _series(
         "connmon_client_library_info",

@@ -9,15 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.mixin.config import MixinConfig
-from streaming.mixin.rules import FAILING_HOSTS, failing_hosts_expr
+from streaming.mixin.rules import FAILING_HOSTS, PROCESS_FD_USAGE, failing_hosts_expr
 
 FINDING_LABELS = "kind, severity, side, host, app, cluster, broker_id, peer_host"
-FINDING_GROUP, BROKER_GROUP, PIPELINE_GROUP = (
+FINDING_GROUP, BROKER_GROUP, PROCESS_GROUP, PIPELINE_GROUP = (
     "connmon.findings",
     "connmon.brokers",
+    "connmon.processes",
     "connmon.pipeline",
 )
 BROKER_ALERT = "ConnMonBrokerUnavailable"
+FD_ALERT = "ConnMonFdExhaustionPredicted"
 _WHO = "{{ $labels.app }} on {{ $labels.host }} ({{ $labels.side }} side)"
 _BROKER = "broker {{ $labels.broker_id }}"
 # Who, where and toward which broker, for a finding alert's summary (the host-level series of a
@@ -58,7 +60,9 @@ def finding_alerts(cfg: MixinConfig) -> tuple[FindingAlert, ...]:
             f"{_WHO} holds CLOSE_WAIT sockets to {_BROKER} for more than "
             f"{_g(d.close_wait_grace_s)}s: the broker closed them and the application never "
             f"did (warning from {d.close_wait_warning_count}, critical from "
-            f"{d.close_wait_critical_count} sockets or a rising count).",
+            f"{d.close_wait_critical_count} sockets, a rising count, or a process that runs "
+            "out of file descriptors within "
+            f"{_duration(d.fd_exhaustion_critical_s)} at this rate).",
         ),
         FindingAlert(
             "ConnMonIdleChurn",
@@ -151,6 +155,62 @@ def broker_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
             "warning",
             "broker",
             _labels("cluster", "broker_id"),
+        ),
+    ]
+
+
+def _duration(seconds: float) -> str:
+    """``3600`` -> ``1h``, ``5400`` -> ``90m``: a horizon as people write it."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def fd_usage_expr(cfg: MixinConfig) -> str:
+    """Per process (cluster, side, host, app), the max of its series' fd usage ratio: the
+    process's own value, repeated on its series toward each broker or from each client."""
+    ex = cfg.exporter_selector
+    return f"max by (cluster, side, host, app) (connmon_process_fd_usage_ratio{{{ex}}})"
+
+
+def fd_exhaustion_expr(cfg: MixinConfig) -> str:
+    """A process's fd usage ratio now, while it is at its limit, or while it rose within the
+    rise window and its trend over the range (``predict_linear``) reaches 1 within the
+    horizon. The rise condition keeps a process that is high but flat quiet: a step up stops
+    counting once it is a rise window old, before the alert's ``for`` has passed."""
+    p, rise, rng = PROCESS_FD_USAGE, cfg.fd_exhaustion_rise_window, cfg.fd_exhaustion_range
+    horizon = _g(cfg.fd_exhaustion_horizon_s)
+    return (
+        f"{p} >= 1 or ({p} > min_over_time({p}[{rise}]) and "
+        f"predict_linear({p}[{rng}], {horizon}) >= 1)"
+    )
+
+
+def process_alerts(cfg: MixinConfig) -> list[dict[str, Any]]:
+    """A Kafka client or broker process about to run out of file descriptors, whatever leaks
+    them (CLOSE_WAIT sockets, files, sockets to anything else): no new connection after that.
+    It reads a per-process roll-up recorded first in its own group, so that its range functions
+    read one series per process and this evaluation's value."""
+    horizon = _duration(cfg.fd_exhaustion_horizon_s)
+    return [
+        {"record": PROCESS_FD_USAGE, "expr": fd_usage_expr(cfg)},
+        _alert(
+            cfg,
+            FD_ALERT,
+            fd_exhaustion_expr(cfg),
+            cfg.fd_exhaustion_for,
+            f"A Kafka process is predicted to run out of file descriptors within {horizon}.",
+            f"{_WHO}{{{{ with $labels.cluster }}}}, cluster {{{{ . }}}}{{{{ end }}}} "
+            "{{ if ge $value 1.0 }}has no file descriptor left (all of its soft limit on open "
+            "files is in use){{ else }}uses {{ $value | humanizePercentage }} of its soft "
+            "limit on open files, and at the trend of the last "
+            f"{cfg.fd_exhaustion_range} reaches it within {horizon}{{{{ end }}}}: then every "
+            "new connection, to Kafka or anything else, fails with 'Too many open files'.",
+            "critical",
+            # The drill-down of its side: the client dashboard, or the broker's.
+            "{{ $labels.side }}",
+            _labels("cluster", "host", "app"),
         ),
     ]
 
@@ -327,6 +387,7 @@ def alert_rules(cfg: MixinConfig) -> dict[str, Any]:
         "groups": [
             {"name": FINDING_GROUP, "rules": findings},
             {"name": BROKER_GROUP, "rules": broker_alerts(cfg)},
+            {"name": PROCESS_GROUP, "rules": process_alerts(cfg)},
             {"name": PIPELINE_GROUP, "rules": pipeline_alerts(cfg)},
         ]
     }

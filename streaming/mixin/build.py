@@ -76,7 +76,9 @@ of these has a sample, not even a 0.
 - A healthy, steady client series costs three samples: its ESTABLISHED sockets
   (`connmon_sockets{state="ESTABLISHED"}`), `connmon_max_idle_seconds` and, when the agent
   identified the client library, `connmon_client_library_info`. A broker-side series costs
-  two. Another state, event rate or age adds a sample only while there is something to count.
+  two. Either costs one more, `connmon_process_fd_usage_ratio`, while the agent can read its
+  process's open file descriptors and limit (a share, served whenever known). Another state,
+  event rate or age adds a sample only while there is something to count.
 - When a value drops to zero its sample leaves the scrape and Prometheus marks it stale at
   once: its graph line ends, and an alert on it resolves at the next evaluation.
 - An empty result means none, not missing data. A sum over series that have none is empty as

@@ -46,6 +46,9 @@ class MixinConfig:
     cardinality_for: str = "5m"
     exporter_down_for: str = "5m"
     broker_unavailable_for: str = "1m"  # shorter than finding_for: it must inhibit first
+    # Longer than a step up can keep fd_exhaustion_rise_window true: a short spike or a
+    # process that grew once and stays flat never fires.
+    fd_exhaustion_for: str = "15m"
 
     # Pipeline-health thresholds (seconds unless the name says otherwise).
     agent_heartbeat_stale_s: float = 300.0
@@ -57,6 +60,15 @@ class MixinConfig:
     # one host alone is more likely its own network.
     broker_unavailable_hosts: int = 2
     rate_window: str = "5m"
+    # ConnMonFdExhaustionPredicted: a process's fd usage ratio, extrapolated along its trend
+    # over fd_exhaustion_range (predict_linear), reaches 1 within fd_exhaustion_horizon_s (the
+    # detectors' fd_exhaustion_critical_s), and it rose within the last
+    # fd_exhaustion_rise_window (above its lowest there): a process that is high but flat is
+    # not running out. The rise window must be longer than the slowest leak's steps (a
+    # CLOSE_WAIT leak steps at each idle expiry, about every 10 min) and shorter than
+    # fd_exhaustion_for.
+    fd_exhaustion_range: str = "30m"
+    fd_exhaustion_rise_window: str = "15m"
     # How often the fleet roll-ups are evaluated (their group's interval; None: Prometheus'
     # global evaluation_interval). They read every client x broker series, the costliest
     # rules by far, and their inputs change once per window (60 s).
@@ -199,6 +211,11 @@ class MixinConfig:
     def job_lag_s(self) -> float:
         """Watermark delay beyond the job's own allowance (watermark + 5 windows) is lag."""
         return self.detectors.watermark_s + 5 * self.detectors.window_s
+
+    @property
+    def fd_exhaustion_horizon_s(self) -> float:
+        """The alert pages for the deadline at which close_wait_buildup turns critical."""
+        return self.detectors.fd_exhaustion_critical_s
 
     def runbook_url(self, alert: str) -> str:
         """The alert's section of the runbook (GitHub-style anchor: the name lower-cased)."""

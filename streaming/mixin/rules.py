@@ -74,6 +74,13 @@ SOCKETS_BY_LIBRARY = record_name(("cluster", "client_library", "state"), "connmo
 FAILING_HOSTS = record_name(
     ("cluster", "broker_id"), "connmon_broker_failing_client_hosts", "count"
 )
+# A process's file descriptor usage: the max over its series (one per broker on the client
+# side, per client address on the broker side), what the fd exhaustion alert extrapolates.
+# Recorded in the alert's own group (alerts.py): a series per process, not per client x broker
+# pair, is what its range functions read.
+PROCESS_FD_USAGE = record_name(
+    ("cluster", "side", "host", "app"), "connmon_process_fd_usage_ratio", "max"
+)
 # Roll-ups of more than one metric, named for what they count.
 DERIVED_METRICS = frozenset({"connmon_broker_failing_client_hosts"})
 

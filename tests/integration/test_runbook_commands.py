@@ -98,6 +98,10 @@ NOT_RUN = {
     "ss -tnpo src :<listener port>": _ON_HOST,
     "ss -tnpo state close-wait dst <broker>": _ON_HOST,
     "ss -tnpi dst <broker>": _ON_HOST,
+    "ls /proc/<pid>/fd | wc -l": _ON_HOST,
+    "prlimit --pid <pid> --nofile=<soft>:<hard>": (
+        _ON_HOST + " (and it changes a live process's limit)"
+    ),
     "jstack": _ON_HOST,
     "timedatectl": _ON_HOST,
     "chronyc tracking": _ON_HOST,

@@ -57,6 +57,24 @@ def test_aggregate_finding_and_status_are_served(clock) -> None:
     assert ts == NOW
 
 
+def test_fd_usage_is_served_per_series_and_leaves_when_unknown(clock) -> None:
+    store, reg = make(clock)
+    fd = "connmon_process_fd_usage_ratio"
+    handle(store, "aggregates", b"k1", aggregate(fds_open=900, fds_limit=1000), "x")
+    broker = {**L, "side": "broker", "app": "kafka-broker", "peer_host": "10.0.0.7"}
+    raw = aggregate(side="broker", app="kafka-broker", peer_host="10.0.0.7:51000",
+                    fds_open=2048, fds_limit=8192)  # fmt: skip
+    handle(store, "aggregates", b"k2", raw, "x")
+    assert reg.get_sample_value(fd, L) == pytest.approx(0.9)
+    assert reg.get_sample_value(fd, broker) == 0.25
+    text = generate_latest(reg).decode()
+    assert f"# TYPE {fd} gauge" in text
+    # The next window without the process's fds (unreadable): no sample, not a stale value.
+    handle(store, "aggregates", b"k1", aggregate(end=NOW - 4, fds_open=None), "x")
+    assert reg.get_sample_value(fd, L) is None
+    assert reg.get_sample_value(fd, broker) == 0.25
+
+
 def test_resolved_finding_removes_the_series(clock) -> None:
     store, reg = make(clock)
     handle(store, "findings", b"f1", finding(), "x")

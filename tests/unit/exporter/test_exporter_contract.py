@@ -34,6 +34,14 @@ def test_job_aggregate_parses() -> None:
     assert "connmon_close_wait_oldest_age_seconds" not in agg.gauges  # unknown: no sample
 
 
+def test_job_aggregate_fd_usage() -> None:
+    """The job's fds_open and fds_limit (null when the agent could not read them)."""
+    fd = "connmon_process_fd_usage_ratio"
+    agg = parse_aggregate(json.dumps(_agg(fds_open=768, fds_limit=1024).to_dict()))
+    assert agg.gauges[fd] == 0.75
+    assert fd not in parse_aggregate(json.dumps(_agg().to_dict())).gauges
+
+
 def test_job_aggregate_with_unknown_broker_id_has_no_port_label() -> None:
     raw = _agg(broker="10.0.0.9:9092", broker_id=None, broker_endpoint="10.0.0.9:9092")
     assert parse_aggregate(json.dumps(raw.to_dict())).labels[4] == "10.0.0.9"

@@ -36,7 +36,8 @@ def test_a_healthy_series_is_only_what_it_says() -> None:
         )
     )  # fmt: skip
     assert agg.sockets == {"ESTABLISHED": 2.0}
-    assert agg.gauges == {"connmon_max_idle_seconds": 0.0}  # an age of 0 is a value
+    # An age of 0 is a value, and so is the process's fd usage whenever it is known.
+    assert agg.gauges == {"connmon_max_idle_seconds": 0.0, "connmon_process_fd_usage_ratio": 0.25}
     assert agg.closes == {}
     busy = parse_aggregate(aggregate(dup_processes=1, dup_unused_processes=2, short_lived=3))
     assert busy.gauges["connmon_duplicate_connections"] == 1.0
@@ -50,6 +51,57 @@ def test_unknown_close_wait_slope_is_no_sample_not_zero() -> None:
     assert "connmon_close_wait_slope_per_second" not in agg.gauges
     negative = parse_aggregate(aggregate(close_wait_slope_per_s=-0.02))  # draining is a value
     assert negative.gauges["connmon_close_wait_slope_per_second"] == -0.02
+
+
+FD = "connmon_process_fd_usage_ratio"
+
+
+def test_fd_usage_is_open_descriptors_over_the_soft_limit() -> None:
+    assert parse_aggregate(aggregate(fds_open=256, fds_limit=1024)).gauges[FD] == 0.25
+    assert parse_aggregate(aggregate(fds_open=0, fds_limit=1024)).gauges[FD] == 0.0  # a value
+    assert parse_aggregate(aggregate(fds_open=1024, fds_limit=1024)).gauges[FD] == 1.0
+    # A soft limit lowered under what is already open: bounded, the process is at its limit.
+    assert parse_aggregate(aggregate(fds_open=5000, fds_limit=1024)).gauges[FD] == 1.0
+    broker = parse_aggregate(
+        aggregate(side="broker", app="kafka-broker", peer_host="10.0.0.7", fds_open=30000,
+                  fds_limit=100000)
+    )  # fmt: skip
+    assert broker.labels[0] == "broker" and broker.gauges[FD] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"fds_open": None},
+        {"fds_limit": None},
+        {"fds_open": None, "fds_limit": None},
+        {"fds_limit": 0},  # no limit to be a share of
+        {"fds_open": 10, "fds_limit": 0},
+    ],
+)
+def test_unknown_fd_usage_is_no_sample(over: dict) -> None:
+    agg = parse_aggregate(aggregate(**over))
+    assert FD not in agg.gauges
+    assert agg.gauges["connmon_max_idle_seconds"] == 540.2  # the rest of the series is served
+
+
+def test_an_aggregate_without_the_fd_fields_parses() -> None:
+    """Aggregates of a job that predates the fields (or of agents that do not send them)."""
+    obj = json.loads(aggregate())
+    del obj["fds_open"], obj["fds_limit"]
+    agg = parse_aggregate(json.dumps(obj))
+    assert FD not in agg.gauges and agg.sockets["CLOSE_WAIT"] == 3
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{"fds_open": -1}, {"fds_limit": -1024}, {"fds_open": "many"}, {"fds_limit": True}],
+)
+def test_invalid_fd_fields_raise(over: dict) -> None:
+    with pytest.raises(InvalidMessage) as exc:
+        parse_aggregate(aggregate(**over))
+    assert exc.value.reason == "invalid_value"
+    assert next(iter(over)) in exc.value.detail
 
 
 def test_unknown_broker_id_uses_endpoint_host_never_the_port() -> None:

@@ -126,4 +126,5 @@ def test_every_gauge_the_parser_writes_has_a_section() -> None:
     from streaming.exporter.render import SIMPLE_AGGREGATES
 
     written = {name for name, _ in parse._AGES + parse._COUNTS + parse._RATES}
-    assert written | {"connmon_close_wait_slope_per_second"} <= set(SIMPLE_AGGREGATES)
+    written |= {"connmon_close_wait_slope_per_second", parse.FD_USAGE}
+    assert written <= set(SIMPLE_AGGREGATES)

@@ -98,7 +98,9 @@ def test_every_alert_links_to_an_absolute_runbook_section_and_dashboard():
             ann = rule["annotations"]
             assert ann["runbook_url"].startswith("https://"), rule["alert"]
             assert ann["runbook_url"].endswith("#" + rule["alert"].lower())
-            assert re.match(r"^https://[^/]+/d/connmon-\w+", ann["dashboard_url"]), rule["alert"]
+            # A dashboard of the mixin, or the drill-down of the alert's side (client, broker).
+            dashboard = r"connmon-(\w+|\{\{ \$labels\.side \}\})(\?|$)"
+            assert re.match(rf"^https://[^/]+/d/{dashboard}", ann["dashboard_url"]), rule["alert"]
 
 
 def test_settings_move_every_link_and_receiver():

@@ -16,7 +16,7 @@ from streaming.mixin.alerts import alert_rules
 from streaming.mixin.config import DEFAULT
 from streaming.mixin.exprs import dashboard_exprs, rule_exprs
 from streaming.mixin.promql import grafana_to_promql, metric_names
-from streaming.mixin.rules import DERIVED_METRICS, FAILING_HOSTS
+from streaming.mixin.rules import DERIVED_METRICS, FAILING_HOSTS, PROCESS_FD_USAGE
 
 ROOT = build.ROOT
 RULES, DASHES = check.load_outputs()
@@ -28,7 +28,7 @@ EXPECTED_ALERTS = {
     "ConnMonJobStalled", "ConnMonJobLagging", "ConnMonDataStale", "ConnMonDeadLetterRate",
     "ConnMonExporterCardinalityLimit", "ConnMonHostClockSkew", "ConnMonJobInputLost",
     "ConnMonJobInternalErrors", "ConnMonBrokerUnavailable", "ConnMonExporterDown",
-    "ConnMonJobStateSeriesShed",
+    "ConnMonJobStateSeriesShed", "ConnMonFdExhaustionPredicted",
 }  # fmt: skip
 
 
@@ -102,7 +102,7 @@ def test_recording_rules_are_level_metric_operation() -> None:
     assert RECORDS
     for rule in RECORDS:
         level, metric, op = rule["record"].split(":")
-        assert level and op in ("sum", "count")
+        assert level and op in ("sum", "count", "max")
         assert metric in series_names() or metric in DERIVED_METRICS, metric
 
 
@@ -238,6 +238,39 @@ def test_dashboards_are_modern_grafana_json() -> None:
             for t in p.get("targets", []):
                 assert t["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
                 assert {"query", "step", "intervalFactor"}.isdisjoint(t)
+
+
+def _fd_rules(cfg=DEFAULT) -> tuple[dict, dict]:
+    """The per-process roll-up and the alert that reads it, from their own group."""
+    (group,) = [g for g in alert_rules(cfg)["groups"] if g["name"] == "connmon.processes"]
+    record, alert = group["rules"]
+    return record, alert
+
+
+def test_fd_exhaustion_alert_is_per_process_and_follows_its_settings() -> None:
+    record, rule = _fd_rules()
+    assert rule["alert"] == "ConnMonFdExhaustionPredicted"
+    assert rule["labels"] == {"severity": "critical"} and rule["for"] == "15m"
+    # Per process: the broker and peer of its series aggregated away with max, never summed,
+    # recorded before the alert in its group.
+    assert record["record"] == PROCESS_FD_USAGE
+    assert record["expr"].startswith("max by (cluster, side, host, app) (")
+    assert metric_names(record["expr"]) == {"connmon_process_fd_usage_ratio"}
+    assert metric_names(rule["expr"]) == {PROCESS_FD_USAGE}
+    assert f"predict_linear({PROCESS_FD_USAGE}[30m], 3600) >= 1" in rule["expr"]
+    assert f"min_over_time({PROCESS_FD_USAGE}[15m])" in rule["expr"]
+    # The horizon is the detectors' deadline for a critical close_wait_buildup.
+    detectors = DEFAULT.detectors.replace(fd_exhaustion_critical_s=7200.0)
+    _, changed = _fd_rules(
+        DEFAULT.replace(
+            detectors=detectors, fd_exhaustion_range="1h", fd_exhaustion_for="20m",
+            fd_exhaustion_rise_window="18m",
+        )
+    )  # fmt: skip
+    assert "[1h], 7200) >= 1" in changed["expr"] and "[18m])" in changed["expr"]
+    assert changed["for"] == "20m"
+    assert "within 2h" in changed["annotations"]["summary"]
+    assert "the last 1h reaches it within 2h" in changed["annotations"]["description"]
 
 
 def test_alert_texts_follow_the_detector_config() -> None:
