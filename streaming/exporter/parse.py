@@ -14,6 +14,7 @@ from typing import Any
 
 from streaming.exporter.labels import MAX_TEXT_LEN, broker_label, clean, peer_label
 from streaming.schema.clients import UNKNOWN_LIBRARY, library_label, version_label
+from streaming.schema.status import QUERY_ALIASES
 
 SUPPORTED_SCHEMA = 1
 SIDES = ("client", "broker")
@@ -232,6 +233,12 @@ def _fd_usage(obj: dict[str, Any]) -> float | None:
     return min(fds_open / fds_limit, 1.0)
 
 
+def _query(name: str) -> str:
+    """A query's name as the job names it now (``QUERY_ALIASES``): the status published before
+    an upgrade and the one after it are one series, so the old one does not look stalled."""
+    return QUERY_ALIASES.get(name, name)
+
+
 def _library(obj: dict[str, Any], side: str) -> tuple[str, str] | None:
     name = obj.get("client_library")
     if side != "client" or not isinstance(name, str) or library_label(name) == UNKNOWN_LIBRARY:
@@ -294,7 +301,7 @@ def parse_status(raw: bytes | str) -> JobStatus:
     values["connmon_job_last_batch_timestamp_seconds"] = timestamp
     return JobStatus(
         clean(_req(obj, "job_id")),
-        clean(obj.get("query"), ""),
+        _query(clean(obj.get("query"), "")),
         timestamp,
         values,
         _hosts(obj.get("hosts")),

@@ -46,7 +46,7 @@ def finding(updated: float = NOW - 5, **over) -> bytes:
 
 def status(ts: float = NOW - 1, **over) -> bytes:
     msg = {
-        "schema": 1, "job_id": "connmon-job", "query": "aggregates", "batch_id": 42,
+        "schema": 1, "job_id": "connmon-job", "query": "ingest", "batch_id": 42,
         "timestamp": iso(ts), "batch_duration_s": 1.8,
         "input_rows_per_s": 1200.5, "processed_rows_per_s": 2400.1, "num_input_rows": 2400,
         "watermark": iso(ts - 122), "watermark_delay_s": 122.1,

@@ -302,16 +302,16 @@ class Bucket:
 
     def _apply(
         self,
-        parts: list[dict[str, Any]],
+        partials: list[dict[str, Any]],
         now: float | None,
         newest_before: float | None | Literal["own"],
         em: Emitted,
     ) -> None:
         """One ingest batch's rows (or none) through windows, detectors, findings; late or not
         against the fleet's time ``newest_before`` the batch ("own": the windows' own)."""
-        result = self.windows.apply(parts, bound=now, newest_before=newest_before)
+        result = self.windows.apply(partials, bound=now, newest_before=newest_before)
         em.late += result.late
-        self._count_hosts(parts, result.late_by_host, now, em)
+        self._count_hosts(partials, result.late_by_host, now, em)
         aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
         out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
         em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
@@ -319,7 +319,7 @@ class Bucket:
 
     def _count_hosts(
         self,
-        parts: list[dict[str, Any]],
+        partials: list[dict[str, Any]],
         late: Mapping[str, int],
         now: float | None,
         em: Emitted,
@@ -329,13 +329,13 @@ class Bucket:
         ahead_after = None if now is None else now + self.cfg.clock_skew_tolerance_s
         report = set(late)
         if ahead_after is not None:
-            report.update(p["host"] for p in parts if (p.get("last_event_s") or 0) > ahead_after)
+            report.update(p["host"] for p in partials if (p.get("last_event_s") or 0) > ahead_after)
         if not report:
             return
         # One pass over the rows: after an outage most hosts are late at once.
         newest: dict[str, float] = {}
         events: dict[str, int] = {}
-        for p in parts:
+        for p in partials:
             host = p["host"]
             if host in report:
                 t = p.get("last_event_s") or 0.0

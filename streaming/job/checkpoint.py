@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from streaming.errors import ConfigError
+from streaming.schema.status import INGEST_QUERY, STATE_QUERY
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,8 +21,9 @@ META = "connmon.json"
 # The job's two queries; one record per bucket and batch between them; each bucket's state one
 # value in Spark's state store, with event-time timers.
 LAYOUT = 4
-INGEST_QUERY = "aggregates"  # reads the events topic; its name in status records
-STATE_QUERY = "state"  # holds the series' state; reads the partials topic
+# Where checkpoints written before the ingest query had its name keep its Spark checkpoint:
+# such a checkpoint goes on from there (``query_dir``).
+LEGACY_INGEST_DIR = "aggregates"
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,18 @@ class Meta:
     run_id: str  # tags the partials topic's records: an earlier checkpoint's are ignored
     window_s: float
     state_buckets: int
+
+
+def query_dir(spark: SparkSession, checkpoint: str, query: str) -> str:
+    """The folder of ``query``'s Spark checkpoint under ``checkpoint``: the ingest query's
+    earlier folder where a checkpoint has only that one."""
+    if (
+        query == INGEST_QUERY
+        and not exists(spark, join(checkpoint, INGEST_QUERY))
+        and exists(spark, join(checkpoint, LEGACY_INGEST_DIR))
+    ):
+        return join(checkpoint, LEGACY_INGEST_DIR)
+    return join(checkpoint, query)
 
 
 def join(base: str, *parts: str) -> str:
@@ -101,7 +115,7 @@ def open_checkpoint(
     the setting."""
     meta = read_meta(spark, checkpoint)
     if meta is None:
-        if exists(spark, join(checkpoint, INGEST_QUERY)):
+        if exists(spark, query_dir(spark, checkpoint, INGEST_QUERY)):
             raise ConfigError(
                 f"checkpoint: {checkpoint} has no {META} (written by an earlier connmon); "
                 "use a new one"
@@ -173,7 +187,7 @@ def uncommitted_offsets(
     it reads: (batch, [(topic, partition, first or None if unknown, last)]); None when every
     planned batch was committed. Read from the query's offset log (Spark's own records)."""
     done = last_commit(spark, checkpoint, query)
-    batch = _newest(spark, join(checkpoint, query, "offsets"))
+    batch = _newest(spark, join(query_dir(spark, checkpoint, query), "offsets"))
     if batch is None or (done is not None and batch <= done):
         return None
     last = batch_end_offsets(spark, checkpoint, query, batch)
@@ -197,7 +211,7 @@ def batch_end_offsets(
         parts, skip = ("offsets", str(batch)), 2
     else:
         parts, skip = ("sources", "0", "0"), 1
-    text = (read_text(spark, join(checkpoint, query, *parts)) or "").lstrip("\0")
+    text = (read_text(spark, join(query_dir(spark, checkpoint, query), *parts)) or "").lstrip("\0")
     out: dict[tuple[str, int], int] = {}
     for line in text.splitlines()[skip:]:
         try:
@@ -222,4 +236,4 @@ def _newest(spark: SparkSession, folder: str) -> int | None:
 
 def last_commit(spark: SparkSession, checkpoint: str, query: str) -> int | None:
     """The newest batch a query committed to the checkpoint (None before its first)."""
-    return _newest(spark, join(checkpoint, query, "commits"))
+    return _newest(spark, join(query_dir(spark, checkpoint, query), "commits"))

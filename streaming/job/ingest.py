@@ -108,18 +108,18 @@ class Ingest:
         return partial_rows.PartialRows(self.cfg)
 
     def records(
-        self, parts: DataFrame, batch: int, first: int, now: float | None, fleet: float | None
+        self, partials: DataFrame, batch: int, first: int, now: float | None, fleet: float | None
     ) -> DataFrame:
         """Valid partial rows -> records (``RECORD_COLUMNS``), a bucket's rows in up to
         ``PARTS`` of them (``first`` + a hash of the series), each with its rows as JSON lines
         and their newest event time ``t``."""
         from pyspark.sql import functions as F
 
-        fields = [F.col(c) for c in parts.columns if c != "reason"]
+        fields = [F.col(c) for c in partials.columns if c != "reason"]
         # Salted: a hash of the series alone would pick the part from the bucket number.
         part = F.lit(first) + F.pmod(F.xxhash64(F.lit("part"), *[F.col(k) for k in SERIES]), PARTS)
         grouped = (
-            parts.withColumn("bucket", bucket_column(self.buckets))
+            partials.withColumn("bucket", bucket_column(self.buckets))
             .withColumn("part", part.cast("int"))
             .groupBy("bucket", "part")
             .agg(
@@ -153,13 +153,13 @@ class Ingest:
         decoded = self.decode(raw, now=now)
         valid = F.col("reason").isNull()
         seen = Observation(f"ingest-{batch_id}")
-        parts = self.aggregate(decoded).observe(
+        partials = self.aggregate(decoded).observe(
             seen,
             F.sum(F.when(valid, F.col("events"))).alias("valid"),
             F.max(F.when(valid, F.col("last_event_s"))).alias("newest"),
             F.collect_list(F.when(~valid, F.struct("reason", "events"))).alias("rejected"),
         )
-        self.write_records(self.records(parts.where(valid), batch_id, 0, bound, self.fleet_s))
+        self.write_records(self.records(partials.where(valid), batch_id, 0, bound, self.fleet_s))
         m = seen.get
         events: Counter[str] = Counter({"": int(m["valid"] or 0)})
         newest = [m["newest"]]

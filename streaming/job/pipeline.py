@@ -39,6 +39,7 @@ from streaming.job.checkpoint import (
     join,
     last_commit,
     open_checkpoint,
+    query_dir,
     read_meta,
 )
 from streaming.job.ingest import PARTS, RECORD_COLUMNS, Ingest, bucket_key
@@ -324,7 +325,7 @@ def start_job(spark: SparkSession, s: JobSettings, available_now: bool = False) 
         kafka_source(spark, s)
         .writeStream.queryName(INGEST_QUERY)
         .foreachBatch(ingest)
-        .option("checkpointLocation", join(checkpoint, INGEST_QUERY))
+        .option("checkpointLocation", query_dir(spark, checkpoint, INGEST_QUERY))
         .trigger(**({"availableNow": True} if available_now else trigger))
     )
     state_writer = state_query(spark, s, meta, checkpoint, initial).trigger(**trigger)

@@ -64,6 +64,15 @@ def dead_letter(
     }
 
 
+# The job's two streaming queries, as status records, metrics and checkpoints name them: the
+# ingest query reads the events, the state query holds the series' state and writes findings.
+INGEST_QUERY = "ingest"
+STATE_QUERY = "state"
+# Names earlier versions gave a query in status records; readers take them as today's, so a
+# status published before an upgrade and one after it are the same query's.
+QUERY_ALIASES = {"aggregates": INGEST_QUERY}
+
+
 @dataclass
 class JobStatus:
     """One micro-batch of one streaming query, as the driver's listener saw it."""

@@ -279,14 +279,15 @@ def sigkill_and_restart(
     stop: int = signal.SIGKILL,
     restart_args: Sequence[str] | None = None,
     restarted: str = "series state resumes after batch",
+    between: Callable[[], None] | None = None,
 ) -> str:
     """Run the job on half of two scenarios' events with ``checkpoint``; once a finding is out
     and ``committed()`` says the state query committed a batch there, SIGKILL (``stop``) the
     job's process group, send the other half and start the job again on the same checkpoint
     (with ``restart_args`` instead of the checkpoint and ``extra_args`` when given). The
     restarted job, whose log says ``restarted``, must end with exactly the findings of a replay
-    of all events in one go, under the same keys, none lost and none added. Returns the log of
-    both runs."""
+    of all events in one go, under the same keys, none lost and none added. ``between`` runs
+    after the kill, before the restart. Returns the log of both runs."""
     now = time.time()
     leak = recording("close_wait_leak", end=now)
     dup = recording("duplicate_clients", end=now)
@@ -311,6 +312,8 @@ def sigkill_and_restart(
             ),
         )
         _kill_group(p, stop)  # SIGKILL: no shutdown hook, no flush, no clean stop
+        if between is not None:
+            between()
         produce(t.bootstrap, t.events, lines(second))
         if restart_args is not None:
             args = [*t.cli_args(), *restart_args]

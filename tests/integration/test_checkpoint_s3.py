@@ -132,7 +132,7 @@ def test_sigkill_and_restart_from_an_s3_checkpoint_lose_no_finding_and_add_no_ke
     assert "series state resumes after batch" in log and f"({checkpoint})" in log
     keys = s3_server.keys(f"{prefix}/")
     assert f"{prefix}/connmon.json" in keys
-    for query in ("aggregates", "state"):
+    for query in ("ingest", "state"):
         assert any(k.startswith(f"{prefix}/{query}/commits/") for k in keys), query
     # the state store's changelog files, written by the executors
     assert any(k.startswith(f"{prefix}/state/state/") and k.endswith(".changelog") for k in keys)

@@ -207,7 +207,7 @@ def test_job_abandons_a_running_batch_cleanly_and_runs_it_again_on_restart(
     log1 = tmp_path / "job-1.log"
     p = _start_cli([*args, "--stop-timeout", "0"], log1)
     reaped.append(p)
-    offsets, commits = ckpt / "aggregates" / "offsets", ckpt / "aggregates" / "commits"
+    offsets, commits = ckpt / "ingest" / "offsets", ckpt / "ingest" / "commits"
     wait_for(
         "the first batch of the events to start",
         lambda: _newest(offsets) == 0 or _newest(commits) >= 0,

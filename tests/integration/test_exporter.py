@@ -145,7 +145,7 @@ def test_exporter_to_prometheus_dashboards_and_alerts(
         == 1
     )
     assert ":9092" not in text  # no endpoint with a port in any label
-    host_labels = 'job_id="connmon-job",query="aggregates",host="web-9"'
+    host_labels = 'job_id="connmon-job",query="ingest",host="web-9"'
     exporter.wait_for(f"connmon_job_host_clock_offset_seconds{{{host_labels}}} -150.0")
     assert f"connmon_job_host_late_events_total{{{host_labels}}} 12.0" in exporter.scrape()
 

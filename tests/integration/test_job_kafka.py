@@ -34,6 +34,7 @@ from job_helpers import (
 )
 
 from streaming.detectors.config import DetectorConfig
+from streaming.job.checkpoint import INGEST_QUERY, LEGACY_INGEST_DIR
 from streaming.job.pipeline import start_job
 from streaming.schema.aggregates import client_id
 from streaming.schema.findings import finding_key
@@ -97,10 +98,10 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
             ],
         )
         assert status[-1]["job_id"] == "connmon-job" and status[-1]["schema"] == 1
-        assert status[-1]["query"] == "aggregates"
+        assert status[-1]["query"] == "ingest"
         # each query has records of its own, keyed by job and query
         by_key = latest_by_key(consume_all(t.bootstrap, t.status))
-        assert set(by_key) == {"connmon-job:aggregates", "connmon-job:state"}
+        assert set(by_key) == {"connmon-job:ingest", "connmon-job:state"}
         state = by_key["connmon-job:state"]
         assert state["query"] == "state" and state["watermark"] is not None
         assert state["offsets_behind"] == 0 and state["dead_letter_total"] == 0
@@ -108,7 +109,7 @@ def test_canned_events_give_findings_aggregates_dead_letters_and_status(
         assert state["state_series"] >= 1 and state["state_bytes"] > 0, state
         assert 1 <= state["state_bucket_series_max"] <= state["state_series"], state
         assert state["state_series_shed_total"] == 0
-        assert "state_series" not in by_key["connmon-job:aggregates"]
+        assert "state_series" not in by_key["connmon-job:ingest"]
 
         # the job keeps running after bad input: a new series shows up, its events sent with
         # no key, a huge key and headers, which the job does not read
@@ -194,7 +195,7 @@ def test_a_batch_that_fails_is_named_with_the_events_it_was_reading(
     partition = next(p for p, n in enumerate(partition_sizes(t)) if n)
     skip = f"{partition}:0-6"
     assert line.startswith(
-        f"connmon job: query aggregates failed in batch 0 (events offsets {skip}; "
+        f"connmon job: query ingest failed in batch 0 (events offsets {skip}; "
         f"to set them aside: --skip-offsets {skip}): "
     ), line
     assert line.endswith("RuntimeError: a bug in batch 0") and "\n" not in line
@@ -214,15 +215,25 @@ def partition_sizes(t: Topics) -> list[int]:
 def test_sigkill_and_restart_lose_no_finding_and_add_no_key(
     kafka_cluster, spark, unique_name, tmp_path
 ):
+    """The restart also meets the checkpoint as a connmon that named the ingest query
+    ``aggregates`` left it: the ingest query goes on from that folder, reading each event once."""
     t = Topics(kafka_cluster.bootstrap_servers, unique_name)
-    commits = tmp_path / "ckpt" / "state" / "commits"
+    ckpt = tmp_path / "ckpt"
+    commits = ckpt / "state" / "commits"
+    legacy = ckpt / LEGACY_INGEST_DIR
     sigkill_and_restart(
         t,
         spark,
         tmp_path,
-        str(tmp_path / "ckpt"),
+        str(ckpt),
         committed=lambda: any(f.name.isdigit() for f in commits.glob("*")),
+        between=lambda: (ckpt / INGEST_QUERY).rename(legacy),
     )
+    assert not (ckpt / INGEST_QUERY).exists()
+    newest = max(int(f.name) for f in (legacy / "commits").glob("*") if f.name.isdigit())
+    assert newest >= 1  # batches after the restart committed there
+    status = latest_by_key(consume_all(t.bootstrap, t.status))
+    assert f"connmon-job:{INGEST_QUERY}" in status
 
 
 def test_oversized_records_never_stop_the_job_nor_its_restart(kafka_cluster, unique_name, tmp_path):

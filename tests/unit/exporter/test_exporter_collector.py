@@ -46,7 +46,7 @@ def test_aggregate_finding_and_status_are_served(clock) -> None:
     assert reg.get_sample_value("connmon_finding_active", active) == 1
     advice = {**active, "recommendation": "r"}
     assert reg.get_sample_value("connmon_finding_recommendation_info", advice) == 1
-    job = {"job_id": "connmon-job", "query": "aggregates"}
+    job = {"job_id": "connmon-job", "query": "ingest"}
     assert reg.get_sample_value("connmon_job_dead_letter_events_total", job) == 3
     assert reg.get_sample_value("connmon_job_watermark_delay_seconds", job) == 122.1
     assert reg.get_sample_value("connmon_exporter_series") == 3
@@ -200,7 +200,7 @@ def test_job_hosts_are_served_per_host(clock) -> None:
     handle(store, "job_status", b"connmon-job", status(hosts=hosts), "x")
     text = generate_latest(reg).decode()
     lines = [line for line in text.splitlines() if line.startswith("connmon_job_host_")]
-    job = 'job_id="connmon-job",query="aggregates"'
+    job = 'job_id="connmon-job",query="ingest"'
     assert lines == [
         f'connmon_job_host_clock_offset_seconds{{host="web-7",{job}}} 181.4',
         f'connmon_job_host_clock_offset_seconds{{host="db-2",{job}}} -240.0',
@@ -220,6 +220,26 @@ def test_job_hosts_are_served_per_host(clock) -> None:
         if line.startswith("connmon_job_host_")
     ]  # fmt: skip
     assert served == []
+
+
+@pytest.mark.parametrize("old_first", [True, False])
+def test_a_status_under_the_ingest_querys_earlier_name_is_the_ingest_querys(clock, old_first):
+    """Across an upgrade the compacted status topic holds the last record under the ingest
+    query's earlier name and the records under its name now: one series, the newest record's
+    values, whichever the exporter reads first; nothing left under the old name to go stale."""
+    store, reg = make(clock)
+    old = status(ts=NOW - 600, query="aggregates", batch_id=10, num_input_rows=5)
+    new = status(ts=NOW - 1, query="ingest", batch_id=11, num_input_rows=7)
+    for key, raw in [(b"connmon-job:aggregates", old), (b"connmon-job:ingest", new)][
+        :: 1 if old_first else -1
+    ]:
+        handle(store, "job_status", key, raw, "x")
+    text = generate_latest(reg).decode()
+    assert 'query="aggregates"' not in text
+    stamp = reg.get_sample_value(
+        "connmon_job_last_batch_timestamp_seconds", {"job_id": "connmon-job", "query": "ingest"}
+    )
+    assert stamp == NOW - 1
 
 
 def test_a_shard_names_itself_and_the_shard_count(clock) -> None:

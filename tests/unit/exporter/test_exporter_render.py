@@ -51,7 +51,7 @@ def test_renderer_matches_the_collector(clock) -> None:
     assert _types(reference) == _types(fast)
     slopes = {dict(k[1])["host"] for k in got if k[0] == "connmon_close_wait_slope_per_second"}
     assert slopes == {"web-1", 'we"ird\\h'}  # host c's slope is unknown: no sample
-    job = 'job_id="connmon-job",query="aggregates"'
+    job = 'job_id="connmon-job",query="ingest"'
     assert f'connmon_job_host_clock_offset_seconds{{{job},host="web-7"}} 181.4' in fast
     assert "connmon_job_host_clock_offset_seconds{" + job + ',host="web-9"}' not in fast
     assert f'connmon_job_host_late_events_total{{{job},host="web-9"}} 12.0' in fast

@@ -21,7 +21,7 @@ from streaming.schema.times import epoch
 NOW = epoch("2026-11-21T05:01:02.120Z")
 
 
-def _progress(batch: int, name: str = "aggregates", **extra) -> dict:
+def _progress(batch: int, name: str = "ingest", **extra) -> dict:
     return {
         "name": name,
         "batchId": batch,
@@ -63,7 +63,7 @@ def test_status_records_match_the_contract_examples():
     assert ingest.to_dict() == {
         "schema": 1,
         "job_id": "connmon-job",
-        "query": "aggregates",
+        "query": "ingest",
         "batch_id": 42,
         "timestamp": "2026-11-21T05:01:02.120Z",
         "batch_duration_s": 1.8,
@@ -80,7 +80,7 @@ def test_status_records_match_the_contract_examples():
         "offsets_behind": 30,
         "input_lost_total": 0,
     }
-    assert ingest.key == "connmon-job:aggregates"
+    assert ingest.key == "connmon-job:ingest"
     view = StateView(max_event_s=epoch("2026-11-21T05:01:00.000Z"), late_events_total=2)
     state = state_status(_progress(7, "state"), "connmon-job", view, [HOST], 120.0)
     assert (state.query, state.key, state.batch_id) == ("state", "connmon-job:state", 7)
@@ -125,7 +125,7 @@ def test_the_status_counts_lost_input_per_query_and_says_what_to_do(caplog):
         listener.onQueryProgress(_Event(_state(batch, None) | ranges | {"numInputRows": rows}))
     assert [s.input_lost_total for s in published] == [0, 40, 70]
     listener.onQueryProgress(_Event(_progress(4) | ranges | {"numInputRows": 100}))
-    assert published[-1].query == "aggregates" and published[-1].input_lost_total == 0
+    assert published[-1].query == "ingest" and published[-1].input_lost_total == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2 and "query state, batch 2: 40 record(s)" in warnings[0]
     assert "retention.ms" in warnings[0]
@@ -192,7 +192,7 @@ def test_each_batch_of_each_query_publishes_a_status_about_that_query():
     listener.onQueryProgress(_Event(_progress(9, "someone else's query")))
     assert [(s.query, s.batch_id, s.late_events_total) for s in published] == [
         ("state", 7, 5),
-        ("aggregates", 42, 0),
+        ("ingest", 42, 0),
         ("state", 8, 10),
     ]
     # each as far as it got: the ingest query has read events two seconds newer

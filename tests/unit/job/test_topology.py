@@ -32,7 +32,7 @@ def test_the_topology_names_every_topic_checkpoint_and_the_state():
     for name in ("prod.events", "prod.partials", "prod.aggregates", "prod.findings", "prod.dead"):
         assert f"Kafka topic {name} " in text, name
     assert "-> Kafka topic prod.status " in text
-    assert "checkpoint s3a://bucket/connmon/aggregates" in text
+    assert "checkpoint s3a://bucket/connmon/ingest" in text
     assert "checkpoint s3a://bucket/connmon/state" in text
     assert "over 64 buckets" in text and "at most 500 series" in text
     assert "at most 1000 records a batch" in text
