@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -39,6 +40,16 @@ def agent_writing(config: Path, out: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
+
+
+def wait_for_ebpf(agent: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
+    """Until the agent writing ``log`` says its eBPF collector is attached (fails with the log
+    if the agent exits or the collector does not attach in time)."""
+    deadline = time.monotonic() + timeout_s
+    while "eBPF collector attached" not in log.read_text():
+        assert agent.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
 
 
 def agent_config(path: Path, host: str, cluster: Any, apps: Iterable[dict] = ()) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from agent_helpers import wait_for_ebpf
 
 from streaming.agent import ebpf
 from streaming.stack.ports import free_port
@@ -220,11 +221,7 @@ def test_a_process_that_lives_for_one_request_is_identified_at_its_connect(
     out, log = tmp_path / "events.jsonl", tmp_path / "agent.log"
     agent = _agent(cfg, out, log)
     try:
-        deadline = time.monotonic() + 60
-        while "eBPF collector attached" not in log.read_text():
-            assert agent.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+        wait_for_ebpf(agent, log)
         pids = []
         for _ in range(RUNS):
             run = subprocess.Popen(
