@@ -90,10 +90,12 @@ def fd_exhaustion_in_s(
     agg: Aggregate, history: Sequence[Aggregate], growth: float | None
 ) -> float | None:
     """Seconds until the process's open descriptors reach its limit, from its latest summary,
-    at the steeper of ``growth`` (the CLOSE_WAIT slope) and ``fd_trend``; None when either
-    number is unknown or nothing grows."""
+    at the steeper of ``growth`` (the CLOSE_WAIT slope) and ``fd_trend``; 0 at the limit
+    already, growing or not; None when either number is unknown or nothing grows."""
     if agg.fds_open is None or not agg.fds_limit:
         return None
+    if agg.fds_open >= agg.fds_limit:
+        return 0.0
     rate = max((v for v in (growth, fd_trend(agg, history)) if v is not None), default=None)
     if rate is None or rate <= 0:
         return None
@@ -170,9 +172,12 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     )
     if agg.fds_open is not None and agg.fds_limit:
         summary += f" It has {agg.fds_open} of {agg.fds_limit} file descriptors open"
-        summary += (
-            f" and runs out in about {_duration(left)} at this rate." if left is not None else "."
-        )
+        if left == 0:
+            summary += ": none left."
+        elif left is not None:
+            summary += f" and runs out in about {_duration(left)} at this rate."
+        else:
+            summary += "."
     if agg.side == "client":
         advice = _client_advice(agg, cfg)
     else:
@@ -180,10 +185,17 @@ def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = (
     if exhausting:
         assert left is not None
         process = agg.app if agg.side == "client" else f"broker {agg.broker}"
-        advice = (
-            f"Act {within(left)}: {process} on {agg.host} runs out of file descriptors (limit "
-            f"{agg.fds_limit}) and then fails every new connection and file with EMFILE. " + advice
-        )
+        if left == 0:
+            lead = (
+                f"Act now: {process} on {agg.host} has no file descriptor left (limit "
+                f"{agg.fds_limit}) and fails every new connection and file with EMFILE. "
+            )
+        else:
+            lead = (
+                f"Act {within(left)}: {process} on {agg.host} runs out of file descriptors (limit "
+                f"{agg.fds_limit}) and then fails every new connection and file with EMFILE. "
+            )
+        advice = lead + advice
     summary += paused_note(agg)
     evidence = {
         "close_wait_count": count,

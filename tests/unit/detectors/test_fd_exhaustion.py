@@ -122,6 +122,17 @@ def test_a_broker_short_of_descriptors_is_named_as_the_broker():
     assert f.recommendation.startswith("Act within 2 minutes: broker 2 on web-1 runs out")
 
 
+def test_a_process_at_its_limit_is_out_now_whether_or_not_it_grows():
+    """Flat at the limit: no trend, but every new socket fails. Critical, and said so."""
+    history = [agg(m, fds_open=1024, fds_limit=1024) for m in range(3)]
+    now = agg(3, fds_open=1024, fds_limit=1024)
+    assert fd_exhaustion_in_s(now, history, None) == 0.0
+    (f,) = close_wait_buildup.detect(now, CFG, history)
+    assert f.severity == "critical" and f.evidence["fd_exhaustion_in_s"] == 0.0
+    assert f.recommendation.startswith("Act now: orders on web-1 has no file descriptor left")
+    assert "1024 of 1024 file descriptors open: none left." in f.summary
+
+
 def test_without_fd_numbers_the_evidence_keeps_its_old_shape():
     (f,) = close_wait_buildup.detect(agg(), CFG)
     assert not {"fds_open", "fds_limit", "fd_exhaustion_in_s"} & f.evidence.keys()
