@@ -19,7 +19,7 @@ from streaming.detectors import (
     time_wait_pileup,
 )
 from streaming.detectors.config import DetectorConfig
-from streaming.detectors.libraries import library_advice
+from streaming.detectors.libraries import known_issue_advice, library_advice
 from streaming.schema.aggregates import Aggregate
 from streaming.schema.findings import Finding
 
@@ -84,7 +84,7 @@ def detect_all(
     detector returning several findings for one window keeps its last. ``history`` is the
     series' windows before this one (the job keeps them with its checkpoint). A finding about
     a client whose library the agent identified carries that library's advice: where its
-    detector placed it, else at the end."""
+    detector placed it, else at the end, after a known bug of its release, which leads."""
     found: dict[str, Finding] = {}
     for kind, detect in DETECTORS.items():
         for f in detect(agg, cfg, history):
@@ -101,9 +101,20 @@ def detect_all(
                     f.client_library,
                     f.client_version,
                     f.client_library_evidence,
-                    storm_cause=why,
+                    known=False,
                 )
-                if extra:
-                    f.recommendation = f"{f.recommendation} {extra}"
+                # A known bug of the proven release is the likeliest cause and has a fix: first.
+                bugs = (
+                    known_issue_advice(
+                        kind,
+                        f.client_library,
+                        f.client_version,
+                        f.client_library_evidence,
+                        storm_cause=why,
+                    )
+                    if f.side == "client"
+                    else ""
+                )
+                f.recommendation = " ".join(t for t in (bugs, f.recommendation, extra) if t)
             found[kind] = f
     return found

@@ -556,13 +556,15 @@ def library_advice(
     version: str | None,
     evidence: str | None = None,
     storm_cause: str | None = None,
+    known: bool = True,
 ) -> str:
     """One or two sentences specific to the identified library for a finding of ``kind``
     (streaming.schema.findings.KINDS), then one per known bug of the identified release
     (``known_issue_advice``; a connection_storm finding's ``storm_cause`` narrows them); ""
     when the library is unknown, not proven in use (``evidence`` "installed": a package beside
     the process says nothing of what it runs) or has nothing specific to say. Settings named
-    exactly as the library spells them, with defaults; fixed releases cited."""
+    exactly as the library spells them, with defaults; fixed releases cited. ``known`` False:
+    without the known bugs (a caller that places them itself)."""
     if side != "client" or library not in CLIENT_LIBRARIES or not proven(evidence):
         return ""
     rule = RULES.get(kind, {}).get(library)
@@ -572,5 +574,5 @@ def library_advice(
         own = rule
     else:
         own = rule(library_name(library, version), version_tuple(version))
-    known = known_issue_advice(kind, library, version, evidence, storm_cause)
-    return " ".join(text for text in (own, known) if text)
+    bugs = known_issue_advice(kind, library, version, evidence, storm_cause) if known else ""
+    return " ".join(text for text in (own, bugs) if text)

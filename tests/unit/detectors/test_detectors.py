@@ -456,6 +456,8 @@ def test_a_storm_names_a_known_bug_of_the_release_only_for_the_cause_it_shows(
     )  # fmt: skip
     f = detect_all(agg, DEFAULT)["connection_storm"]
     assert ("https://issues.apache.org/jira/browse/KAFKA-13879" in f.recommendation) == named
+    # The known bug, with its fix, is what to read first; the storm's own advice follows.
+    assert f.recommendation.startswith("Known issue in ") == named
 
 
 def test_detect_all_maps_each_kind_to_its_finding():
