@@ -4,7 +4,7 @@ of Kafka Streams' ``Topology.describe()``. Pure: nothing is started."""
 
 from __future__ import annotations
 
-from streaming.job.checkpoint import INGEST_QUERY, STATE_QUERY
+from streaming.job.checkpoint import INGEST_QUERY, LEGACY_INGEST_DIR, STATE_QUERY
 from streaming.job.settings import JobSettings
 from streaming.schema.findings import KINDS
 
@@ -22,7 +22,8 @@ def describe(s: JobSettings) -> str:
     partials_cap = s.partials_max_offsets_per_trigger
     lines = [
         f"Job {s.job_id} on {s.master}, Kafka {s.bootstrap_servers}, every {s.trigger}",
-        f"  Query {INGEST_QUERY}, checkpoint {_join(s.checkpoint, INGEST_QUERY)}",
+        f"  Query {INGEST_QUERY}, checkpoint {_join(s.checkpoint, INGEST_QUERY)} "
+        f"({LEGACY_INGEST_DIR}/ in a checkpoint an earlier connmon started)",
         f"    Source: Kafka topic {s.events_topic} (starting offsets {s.starting_offsets}, "
         + (f"at most {cap} records a batch)" if cap else "no batch cap)"),
         "    --> decode: each record to an event, or a dead letter with its reason",
