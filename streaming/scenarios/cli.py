@@ -9,23 +9,22 @@ exporter and Prometheus run too.
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming.errors import ConfigError
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)?$")
+from streaming.job.settings import parse_duration as duration_setting
 
 
 def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``10m``, ``1h`` -> seconds; anything else is a ConfigError."""
-    m = _DURATION.match(text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise ConfigError(f"--duration {text!r}: expected a positive number with s, m or h")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2) or "s"]
+    """A positive ``--duration`` (``90``, ``90s``, ``10m``, ``1h``: the job's duration syntax)
+    -> seconds; anything else is a ConfigError naming the option."""
+    seconds = duration_setting("--duration", text)
+    if seconds <= 0:
+        raise ConfigError(f"--duration {text!r}: must be positive")
+    return seconds
 
 
 def _interrupt_on_sigterm() -> None:

@@ -240,7 +240,8 @@ def test_parse_duration():
     assert parse_duration("90s") == 90
     assert parse_duration("10m") == 600
     assert parse_duration("1.5h") == 5400
-    for bad in ("", "ten", "-5m", "0", "5d"):
+    assert parse_duration("1d") == 86400  # the job's duration syntax
+    for bad in ("", "ten", "-5m", "0", "5w"):
         with pytest.raises(ConfigError, match="--duration"):
             parse_duration(bad)
 
