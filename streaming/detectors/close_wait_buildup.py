@@ -8,7 +8,7 @@ mean the application never calls close(): a library leak or a stalled network th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from streaming.detectors.advice import paused, paused_note
 from streaming.detectors.config import DetectorConfig
@@ -41,8 +41,23 @@ _BROKER_ADVICE = (
 )
 
 
-def _least_squares(points: list[tuple[float, float]]) -> float | None:
-    """Slope of the least-squares line through ``points`` (None below three or at one time)."""
+def _per_second(
+    agg: Aggregate,
+    history: Sequence[Aggregate],
+    current: float,
+    value: Callable[[Aggregate], float | None],
+    span_s: float,
+) -> float | None:
+    """Least-squares slope over the series' earlier windows of the last ``span_s`` (``value``
+    at each window's end; None leaves the window out) and ``current`` at the newest event of
+    ``agg``'s window. None below three points or all at one time."""
+    end = epoch(agg.window_end)
+    points = [
+        (epoch(w.window_end), v)
+        for w in history
+        if (v := value(w)) is not None and end - epoch(w.window_end) < span_s and w.same_series(agg)
+    ]
+    points.append((epoch(agg.window_start) + agg.covered_s(), current))
     if len(points) < 3:
         return None
     n = len(points)
@@ -57,17 +72,16 @@ def _least_squares(points: list[tuple[float, float]]) -> float | None:
 def trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
     """CLOSE_WAIT sockets per second over the series' windows of the last ``span_s`` (least
     squares over each window's newest count, the current one at its newest event; the in-window
-    slope cannot see a leak slower than one window). Only windows with CLOSE_WAIT count: the
-    job's history keeps just those, and the result must not depend on how windows were split
-    into micro-batches."""
-    end = epoch(agg.window_end)
-    points = [
-        (epoch(w.window_end), float(w.close_wait_count))
-        for w in history
-        if w.close_wait_count > 0 and end - epoch(w.window_end) < span_s and w.same_series(agg)
-    ]
-    points.append((epoch(agg.window_start) + agg.covered_s(), float(agg.close_wait_count)))
-    return _least_squares(points)
+    slope cannot see a leak slower than one window). Only earlier windows with CLOSE_WAIT
+    count: the job's history keeps just those, and the result must not depend on how windows
+    were split into micro-batches."""
+    return _per_second(
+        agg,
+        history,
+        float(agg.close_wait_count),
+        lambda w: float(w.close_wait_count) if w.close_wait_count > 0 else None,
+        span_s,
+    )
 
 
 def fd_trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0) -> float | None:
@@ -76,14 +90,13 @@ def fd_trend(agg: Aggregate, history: Sequence[Aggregate], span_s: float = 900.0
     CLOSE_WAIT slope only this series' sockets."""
     if agg.fds_open is None:
         return None
-    end = epoch(agg.window_end)
-    points = [
-        (epoch(w.window_end), float(w.fds_open))
-        for w in history
-        if w.fds_open is not None and end - epoch(w.window_end) < span_s and w.same_series(agg)
-    ]
-    points.append((epoch(agg.window_start) + agg.covered_s(), float(agg.fds_open)))
-    return _least_squares(points)
+    return _per_second(
+        agg,
+        history,
+        float(agg.fds_open),
+        lambda w: None if w.fds_open is None else float(w.fds_open),
+        span_s,
+    )
 
 
 def fd_exhaustion_in_s(
