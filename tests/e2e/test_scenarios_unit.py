@@ -9,7 +9,7 @@ import pytest
 
 from streaming.detectors.config import DEFAULT
 from streaming.errors import ConfigError
-from streaming.scenarios import catalog, goclients, nodeclients
+from streaming.scenarios import catalog, gobuild, goclients, nodeclients
 from streaming.scenarios.cli import parse_duration
 from streaming.scenarios.findings import FindingsBoard
 from streaming.scenarios.launcher import workload_argv
@@ -381,14 +381,14 @@ def test_client_builds_are_skipped_when_up_to_date_and_fail_clearly_without_tool
 ):
     monkeypatch.setenv("CONNMON_CACHE_DIR", str(tmp_path))
     assert not goclients.is_built() and not nodeclients.is_built()
-    monkeypatch.setattr(goclients.shutil, "which", lambda name: None)
-    with pytest.raises(goclients.GoClientsError, match="'go' toolchain"):
+    monkeypatch.setattr(gobuild.shutil, "which", lambda name: None)
+    with pytest.raises(gobuild.GoBuildError, match="'go' toolchain"):
         goclients.ensure_built()
     with pytest.raises(nodeclients.NodeClientsError, match="'node'"):
         nodeclients.ensure_built()
     # a marker holding the sources' hash: up to date, no tool needed
     goclients.build_dir().mkdir()
-    (goclients.build_dir() / ".complete").write_text(goclients._digest())
+    (goclients.build_dir() / ".complete").write_text(goclients.BUILD.digest())
     assert goclients.ensure_built() == goclients.build_dir() / "bin"
     assert goclients.build_dir().parent == tmp_path
     nodeclients.build_dir().mkdir()
