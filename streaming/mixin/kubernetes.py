@@ -65,6 +65,21 @@ CONFIG_HEADER = (
 
 # ---- Prometheus Operator ------------------------------------------------------------------
 def prometheus_rule(cfg: MixinConfig, alerts: dict, rules: dict) -> dict[str, Any]:
+    """The alerts and recording rules, every alert labelled with this namespace.
+
+    The Prometheus Operator's default matcher strategy (``OnNamespace``) routes only alerts
+    whose ``namespace`` label is the AlertmanagerConfig's namespace to its routes and applies
+    its inhibitions only between them; most alerts aggregate that label away (``max by``,
+    ``absent``), so each carries it as a static label."""
+    groups = []
+    for group in alerts["groups"]:
+        labelled = [
+            {**r, "labels": {**r.get("labels", {}), "namespace": cfg.kubernetes_namespace}}
+            if "alert" in r
+            else r
+            for r in group["rules"]
+        ]
+        groups.append({**group, "rules": labelled})
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -73,7 +88,7 @@ def prometheus_rule(cfg: MixinConfig, alerts: dict, rules: dict) -> dict[str, An
             "namespace": cfg.kubernetes_namespace,
             "labels": dict(cfg.kubernetes_labels),
         },
-        "spec": {"groups": alerts["groups"] + rules["groups"]},
+        "spec": {"groups": groups + rules["groups"]},
     }
 
 
