@@ -10,9 +10,9 @@ PYTEST_ARGS ?=
 APT_BPFTRACE = apt-get install -y -q --no-install-recommends bpftrace >/dev/null 2>&1
 DEMO_ARGS ?=
 
-.PHONY: setup prereqs artifacts javadriver clients routing prometheus bpftrace test unit integration e2e lint demo clean
+.PHONY: setup prereqs artifacts javadriver clients routing kube prometheus bpftrace test unit integration e2e lint demo clean
 
-setup: prereqs $(STAMP) artifacts javadriver clients routing prometheus bpftrace
+setup: prereqs $(STAMP) artifacts javadriver clients routing kube prometheus bpftrace
 
 # First thing, before the venv: one line naming a tool setup needs that is missing or too old.
 prereqs:
@@ -41,6 +41,10 @@ clients: $(STAMP)
 routing: $(STAMP)
 	@echo ">> the Prometheus Operator's Alertmanager configuration builder and amtool, to test the AlertmanagerConfig (go build)"
 	$(BIN)/python -m streaming.stack.operator_routing
+
+kube: $(STAMP)
+	@echo ">> etcd, kube-apiserver and kubectl, to test the Kubernetes objects against a real API server (go build)"
+	$(BIN)/python -m streaming.stack.kubetools
 
 prometheus: $(STAMP)
 	@echo ">> prometheus, promtool, alertmanager, amtool (Debian packages, installed once)"

@@ -8,6 +8,7 @@ caches (``go env GOMODCACHE GOCACHE``, per user), checked against ``go.sum``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,13 +33,18 @@ class GoBuild:
     targets: tuple[str, ...]
     programs: tuple[str, ...]
     what: str  # what the programs are, for messages
+    ldflags: str = ""  # part of the build's key
+    cgo: bool = True  # False: static binaries, no C toolchain needed
 
     def _sources(self) -> list[Path]:
         src = self.source
         return sorted([src / "go.mod", src / "go.sum", *src.rglob("*.go")])
 
     def digest(self) -> str:
-        return buildstamp.digest(self.source, self._sources())
+        files = buildstamp.digest(self.source, self._sources())
+        if not self.ldflags:
+            return files
+        return hashlib.sha256(f"{files}\nldflags {self.ldflags}".encode()).hexdigest()
 
     def build_dir(self) -> Path:
         """The build of the current sources (it may not exist yet)."""
@@ -75,7 +81,12 @@ class GoBuild:
         # GOTOOLCHAIN=local: fail naming the version instead of fetching another toolchain;
         # -mod=readonly: go.sum must already pin every module.
         env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-        cmd = [go, "build", "-trimpath", "-o", str(part / "bin") + os.sep, *self.targets]
+        if not self.cgo:
+            env["CGO_ENABLED"] = "0"
+        cmd = [go, "build", "-trimpath", "-o", str(part / "bin") + os.sep]
+        if self.ldflags:
+            cmd.append(f"-ldflags={self.ldflags}")
+        cmd += self.targets
         proc = subprocess.run(cmd, cwd=self.source, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             buildstamp.abandon(part)

@@ -4,6 +4,7 @@ with its output in a log file, and waiting until it answers its readiness URL.""
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -19,10 +20,16 @@ class DaemonError(RuntimeError):
 
 
 def start_ready(
-    name: str, argv: list[str], log: Path, ready_url: str, timeout_s: float = 60.0
+    name: str,
+    argv: list[str],
+    log: Path,
+    ready_url: str,
+    timeout_s: float = 60.0,
+    context: ssl.SSLContext | None = None,
 ) -> int:
     """Start ``argv`` in a session of its own, its output appended to ``log``; return its pid
-    once ``ready_url`` answers 200 (the process is stopped again when it does not)."""
+    once ``ready_url`` answers 200 (the process is stopped again when it does not); an https
+    URL is verified with ``context``."""
     out = open(log, "ab")  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen(
         argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -33,7 +40,7 @@ def start_ready(
         if not _alive(proc.pid):
             raise DaemonError(f"{name} exited during start:\n{_tail(log)}")
         try:
-            with urllib.request.urlopen(ready_url, timeout=2) as r:
+            with urllib.request.urlopen(ready_url, timeout=2, context=context) as r:
                 if r.status == 200:
                     return proc.pid
         except (urllib.error.URLError, OSError):
