@@ -10,6 +10,9 @@ streaming.stack.operator_routing`` builds both (``make setup`` does).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -46,6 +49,28 @@ def generate(
     if proc.returncode != 0:
         raise RuntimeError(f"amconfig failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     return proc.stdout
+
+
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+
+
+def crd_dir() -> Path:
+    """The operator's CustomResourceDefinitions, from its module at the pinned version (Go's
+    module cache; downloaded from the Go proxy when missing)."""
+    go = shutil.which("go")
+    if go is None:
+        raise RuntimeError("the Prometheus Operator's CRDs need the 'go' toolchain on PATH")
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", OPERATOR_MODULE],
+        cwd=BUILD.source,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"go mod download {OPERATOR_MODULE} failed: {proc.stderr[-2000:]}")
+    return Path(json.loads(proc.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
 
 
 def amtool() -> Path:

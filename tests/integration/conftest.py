@@ -1,11 +1,16 @@
-"""Fixtures shared by the integration tests that need no service of their own."""
+"""Fixtures shared by the integration tests: a TLS certificate, a Kubernetes API server."""
 
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from streaming.stack import operator_routing
+from streaming.stack.kubecontrol import ControlPlane
 
 
 @pytest.fixture
@@ -19,3 +24,29 @@ def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )  # fmt: skip
     return crt, key
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver (Kubernetes 1.37, built by ``make setup``) on loopback, with the
+    Prometheus Operator's CRDs connmon's objects use, for the whole session."""
+    plane = ControlPlane().start()
+    try:
+        crds = operator_routing.crd_dir()
+        for kind in ("servicemonitors", "prometheusrules", "alertmanagerconfigs"):
+            plane.kubectl(
+                "apply", "--server-side", "--field-manager=connmon-test",
+                "-f", str(crds / f"monitoring.coreos.com_{kind}.yaml"),
+            )  # fmt: skip
+            name = f"{kind}.monitoring.coreos.com"
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            deadline = time.monotonic() + 60
+            while not any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in plane.request("GET", path).get("status", {}).get("conditions") or []
+            ):
+                assert time.monotonic() < deadline, f"CRD {name} not established"
+                time.sleep(0.2)
+        yield plane
+    finally:
+        plane.stop()
