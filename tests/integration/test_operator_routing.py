@@ -7,7 +7,8 @@ Alertmanager runs, on top of kube-prometheus-stack's default configuration and a
 operator's default matcher strategy (``OnNamespace``). Every alert of the committed
 ``prometheusrule.yaml``, with the labels that file gives it, must reach connmon's receiver for
 its severity (amtool of the Alertmanager version the operator configures), and connmon's
-inhibitions must hold alerts back in a real Alertmanager running that configuration.
+inhibitions must hold alerts back in a real Alertmanager running that configuration. The
+object as a real API server stores it (CRD defaults filled in) converts to the same.
 """
 
 from __future__ import annotations
@@ -235,3 +236,20 @@ def test_kube_prometheus_stacks_own_inhibitions_reach_connmons_alerts(alertmanag
         server.stop()
     advised.pop("advised-ii")  # the chart holds its InfoInhibitor itself back, always
     assert not any(advised.values()), advised
+
+
+def test_the_object_as_the_api_server_stores_it_routes_the_same(kube, generated, tmp_path):
+    """The operator reads the object back from the API server, with the CRD's defaults filled
+    in: that object converts to the same configuration as the committed file."""
+    kube.kubectl("apply", "--server-side", "--field-manager=connmon-test",
+                 "-f", str(KUBE / "namespace.yaml"), "-f", str(AMC))  # fmt: skip
+    meta = _amc()["metadata"]
+    stored = kube.request(
+        "GET",
+        f"/apis/monitoring.coreos.com/v1alpha1/namespaces/{meta['namespace']}"
+        f"/alertmanagerconfigs/{meta['name']}",
+    )
+    as_stored = tmp_path / "stored.json"
+    as_stored.write_text(json.dumps(stored))
+    got = operator_routing.generate([as_stored], base=BASE)
+    assert yaml.safe_load(got) == yaml.safe_load(generated.read_text())
