@@ -9,11 +9,10 @@ Neutral ground: the mixin's checks run promtool and amtool, the local dev stack
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from streaming.debian import apt_install
 
 
 class PrometheusError(RuntimeError):
@@ -36,24 +35,10 @@ def ensure_installed(quiet: bool = False) -> None:
     missing = [pkg for pkg, bins in PACKAGES.items() if not all(map(_which, bins))]
     if not missing:
         return
-    if os.geteuid() != 0:
-        raise PrometheusError(
-            f"{', '.join(missing)} not installed; run: sudo apt-get install {' '.join(missing)}"
-        )
-    if not quiet:
-        print(
-            f"connmon: installing Debian's {', '.join(missing)} (first run only)...",
-            file=sys.stderr,
-        )
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    out = subprocess.DEVNULL if quiet else None
-    for cmd in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-    ):
-        rc = subprocess.run(cmd, env=env, stdout=out).returncode
-        if rc != 0:
-            raise PrometheusError(f"{' '.join(cmd)} failed with exit {rc}")
+    try:
+        apt_install(missing, quiet)
+    except RuntimeError as exc:
+        raise PrometheusError(str(exc)) from None
     # The packages' postinst may start a system Prometheus on :9090 and Alertmanager on :9093;
     # ours never use them (their ports are picked by the kernel).
     for pkg in missing:
