@@ -10,9 +10,9 @@ PYTEST_ARGS ?=
 APT_BPFTRACE = apt-get install -y -q --no-install-recommends bpftrace >/dev/null 2>&1
 DEMO_ARGS ?=
 
-.PHONY: setup prereqs artifacts javadriver clients routing kube prometheus bpftrace test unit integration e2e lint demo clean
+.PHONY: setup prereqs artifacts javadriver clients routing kube images prometheus bpftrace test unit integration e2e lint demo clean
 
-setup: prereqs $(STAMP) artifacts javadriver clients routing kube prometheus bpftrace
+setup: prereqs $(STAMP) artifacts javadriver clients routing kube images prometheus bpftrace
 
 # First thing, before the venv: one line naming a tool setup needs that is missing or too old.
 prereqs:
@@ -45,6 +45,10 @@ routing: $(STAMP)
 kube: $(STAMP)
 	@echo ">> etcd, kube-apiserver and kubectl, to test the Kubernetes objects against a real API server (go build)"
 	$(BIN)/python -m streaming.stack.kubetools
+
+images: $(STAMP)
+	@echo ">> buildah, podman, runc, mmdebstrap and a Debian base image from Debian's packages, for the image tests (as root only; else they skip)"
+	@if [ "$$(id -u)" = 0 ]; then $(BIN)/python -m streaming.stack.images; else echo "not root: the image tests will skip"; fi
 
 prometheus: $(STAMP)
 	@echo ">> prometheus, promtool, alertmanager, amtool (Debian packages, installed once)"
