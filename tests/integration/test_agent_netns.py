@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from netns_helpers import Pod, veth_pod, wait_line
 
 from streaming.agent.collector import Collector
 from streaming.agent.netns import read_ns
@@ -30,57 +28,10 @@ REPO = Path(__file__).parents[2]
 CLIENT = REPO / "tests" / "fixtures" / "agent" / "stalled_producer.py"
 
 
-@dataclass
-class Pod:
-    """A network namespace joined to the host by a veth pair: host end .1, namespace end .2."""
-
-    name: str
-    host_ip: str
-    ns_ip: str
-
-    def popen(self, *args: str, **kw) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.name, *args], **kw)
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
 @pytest.fixture
 def pod() -> Iterator[Pod]:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    name, host_if, ns_if = f"cm{tag}", f"cmh{tag}", f"cmn{tag}"
-    net = 16 + int(tag[:2], 16) % 200
-    p = Pod(name, f"10.213.{net}.1", f"10.213.{net}.2")
-    try:
-        _ip("netns", "add", name)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot create a network namespace here: {exc.stderr.strip()}")
-    try:
-        _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        _ip("link", "set", ns_if, "netns", name)
-        _ip("addr", "add", f"{p.host_ip}/30", "dev", host_if)
-        _ip("link", "set", host_if, "up")
-        _ip("-n", name, "addr", "add", f"{p.ns_ip}/30", "dev", ns_if)
-        _ip("-n", name, "link", "set", ns_if, "up")
-        _ip("-n", name, "link", "set", "lo", "up")
+    with veth_pod() as p:
         yield p
-    finally:
-        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
-def _wait_line(proc: subprocess.Popen, want: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.strip() == want:
-            return
-        if not line and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before printing {want!r}")
-    raise AssertionError(f"no {want!r} within {timeout_s}s")
 
 
 def test_sockets_of_another_namespace_are_dumped_through_sock_diag(pod: Pod) -> None:
@@ -97,7 +48,7 @@ def test_sockets_of_another_namespace_are_dumped_through_sock_diag(pod: Pod) -> 
         text=True,
     )
     try:
-        _wait_line(client, "ready")
+        wait_line(client, "ready")
         conn, _ = server.accept()
         client_ns = read_ns("/proc", client.pid)
         assert client_ns is not None and client_ns != read_ns("/proc", "self")
@@ -150,7 +101,7 @@ def test_a_close_wait_leak_inside_a_pod_is_attributed_by_an_agent_outside_it(
         sys.executable, str(CLIENT), bootstrap, unique_name, stdout=subprocess.PIPE, text=True
     )
     try:
-        _wait_line(client, "ready")
+        wait_line(client, "ready")
         os.kill(client.pid, signal.SIGSTOP)  # its network thread stalls; it cannot close
         leaked: list[dict] = []
         deadline = time.monotonic() + 60
