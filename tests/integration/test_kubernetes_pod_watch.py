@@ -2,22 +2,37 @@
 the shipped ServiceAccount ``connmon/connmon-agent`` with the shipped ClusterRole: pods created
 through the API appear with their namespace, name and the labels asked for; a pod deleted and
 re-created, an API server restart (every watch expires: 410) and a revoked then rotated token
-are all survived.
+are all survived. The agent process, with that token where a pod has it, names a leaking
+socket of a process in a pod's cgroup and network namespace with the pod's namespace, name and
+labels.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from job_helpers import wait_for
+from netns_helpers import veth_pod, wait_line
 
+from streaming.agent import kubeapi
 from streaming.agent.kubeapi import InCluster, PodWatcher
 from streaming.agent.pods import PodRef
 from streaming.mixin.build import ROOT
+from streaming.stack.kafka import create_topics
 from streaming.stack.kubecontrol import ControlPlane
 
 pytestmark = pytest.mark.integration
@@ -25,6 +40,7 @@ pytestmark = pytest.mark.integration
 NODE = "node-a"
 NS = "shop"
 LABELS = ("app.kubernetes.io/name", "team")
+STALLED_CLIENT = ROOT / "tests" / "fixtures" / "agent" / "stalled_producer.py"
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +158,105 @@ def test_an_account_without_the_binding_is_forbidden(cluster, tmp_path):
         assert not w.synced.is_set()
     finally:
         w.stop()
+
+
+# ---- the agent as it runs in its pod -------------------------------------------------------
+@contextmanager
+def _pod_cgroup(pod_uid: str, pid: int) -> Iterator[str]:
+    """Put ``pid`` in the cgroup a kubelet (cgroupfs driver) gives a container of the pod."""
+    root = Path("/sys/fs/cgroup/pids")
+    if os.geteuid() != 0 or not (root / "cgroup.procs").exists():
+        pytest.skip("needs root and the cgroup v1 pids hierarchy to make a pod's cgroup")
+    container = hashlib.sha256(pod_uid.encode()).hexdigest()
+    made = [
+        Path("kubepods"),
+        Path("kubepods/besteffort"),
+        Path(f"kubepods/besteffort/pod{pod_uid}"),
+    ]
+    made.append(made[-1] / container)
+    for d in made:
+        (root / d).mkdir(exist_ok=True)
+    (root / made[-1] / "cgroup.procs").write_text(str(pid))
+    try:
+        yield container
+    finally:
+        with contextlib.suppress(OSError):
+            (root / "cgroup.procs").write_text(str(pid))
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                (root / d).rmdir()
+
+
+def test_the_agent_names_a_pods_leaking_socket_with_namespace_pod_and_label(
+    cluster, kafka_cluster_factory, unique_name, tmp_path
+):
+    """The agent process, with the agent ServiceAccount's token where a pod has it, attributes
+    a CLOSE_WAIT socket of a process in a pod's network namespace and cgroup to that pod: its
+    namespace, name, and the app its label names."""
+    with veth_pod() as net:
+        kafka = kafka_cluster_factory(
+            brokers=1, overrides={"connections.max.idle.ms": "5000"}, host=net.host_ip
+        )
+        create_topics(kafka.bootstrap_servers, {unique_name: 1})
+        pod = _pod(cluster, "orders-7d9fc-x2x4p", node="node-1",
+                   **{"app.kubernetes.io/name": "orders"})  # fmt: skip
+        sa = tmp_path / "sa"
+        sa.mkdir()
+        (sa / "token").write_text(cluster.token_for("connmon", "connmon-agent"))
+        shutil.copy(cluster.ca, sa / "ca.crt")
+        config = tmp_path / "agent.yaml"
+        config.write_text(yaml.safe_dump({
+            "network_namespaces": "all",
+            "kubernetes": {"api": "on", "node_name": "node-1"},
+            "clusters": [{"name": "local", "bootstrap_servers": kafka.bootstrap_servers,
+                          "listener_ports": [kafka.nodes[0].port]}],
+            "apps": [{"match": "(.+)", "name": "\\1", "on": "label:app.kubernetes.io/name"}],
+        }))  # fmt: skip
+        # The token where the agent's pod has it, in a mount namespace of the agent's own.
+        script = (
+            f"mount -t tmpfs tmpfs /run && mkdir -p {kubeapi.SA_DIR} && "
+            f"cp {sa}/token {sa}/ca.crt {kubeapi.SA_DIR}/ && "
+            'exec "$@"'
+        )
+        agent = [
+            "unshare", "--mount", "--propagation", "private", "sh", "-c", script, "agent",
+            str(ROOT / ".venv" / "bin" / "connmon"), "agent", f"--config={config}",
+            "--host=node-1", "--once", "--output=-",
+        ]  # fmt: skip
+        env = {
+            **os.environ,
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(cluster.api_port),
+        }
+        client = net.popen(sys.executable, str(STALLED_CLIENT), kafka.bootstrap_servers,
+                           unique_name, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            wait_line(client, "ready")
+            os.kill(client.pid, signal.SIGSTOP)  # it cannot close what the broker closed
+            with _pod_cgroup(pod["metadata"]["uid"], client.pid) as container:
+                leaked: list[dict] = []
+                deadline = time.monotonic() + 60
+                while not leaked and time.monotonic() < deadline:
+                    time.sleep(2)
+                    once = subprocess.run(agent, env=env, capture_output=True, text=True,
+                                          timeout=120)  # fmt: skip
+                    assert once.returncode == 0, once.stderr[-3000:]
+                    leaked = [
+                        e for e in map(json.loads, once.stdout.splitlines())
+                        if e.get("state") == "CLOSE_WAIT" and e.get("side") == "client"
+                        and e.get("conn")
+                    ]  # fmt: skip
+                assert leaked, once.stderr[-3000:]
+                named = {
+                    (e["pid"], e.get("namespace"), e.get("pod"), e["app"], e.get("container"))
+                    for e in leaked
+                }
+                assert named == {(
+                    client.pid, NS, "orders-7d9fc-x2x4p", "orders",
+                    f"{pod['metadata']['uid']}/{container[:12]}",
+                )}, leaked  # fmt: skip
+        finally:
+            os.kill(client.pid, signal.SIGCONT)
+            client.kill()
+            client.wait()
+            _delete(cluster, "orders-7d9fc-x2x4p")
