@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,7 +181,7 @@ def image() -> Iterator[str]:
             "(`make setup` as root does: deploy/container/make-base.sh) or pull it "
             f"(`buildah pull {base}`)"
         )
-    tag = f"localhost/connmon:test-{uuid.uuid4().hex[:8]}"
+    tag = "localhost/connmon:test"
     cmd = [
         buildah,
         "bud",
@@ -197,8 +196,6 @@ def image() -> Iterator[str]:
         f"BASE_IMAGE={base}",
         "--build-arg",
         f"S3A={os.environ.get('CONNMON_IMAGE_S3A', 'false')}",
-        "-t",
-        tag,
     ]
     # Locally added CAs (a TLS-intercepting proxy) for pip and Maven in the build stage.
     local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt"))
@@ -207,14 +204,19 @@ def image() -> Iterator[str]:
         ca_bundle.write_text("".join(p.read_text() for p in local_cas))
         cmd += ["--secret", f"id=extra-ca,src={ca_bundle}"]
     try:
-        proc = _run([*cmd, str(ROOT)], timeout=1800)
+        # The build stage tagged too: its layers are no ancestors of the image's.
+        for target in (["--target", "build", "-t", f"{tag}-build"], ["-t", tag]):
+            proc = _run([*cmd, *target, str(ROOT)], timeout=1800)
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     finally:
         ca_bundle.unlink(missing_ok=True)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    try:
-        yield tag
-    finally:
-        _run([buildah, "rmi", tag])
+    # The tags stay, with the layers they were built from (the next build's cache); earlier
+    # builds' layers go, so the storage does not grow with every source change.
+    for _ in range(10):
+        pruned = _run([buildah, "rmi", "--prune"], timeout=300)
+        if not pruned.stdout.strip():
+            break
+    yield tag
 
 
 @pytest.fixture
