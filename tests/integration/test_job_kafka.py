@@ -405,24 +405,50 @@ def test_a_batch_run_again_after_a_crash_publishes_the_same_records(
     conf = "spark.sql.streaming.noDataMicroBatches.enabled"
     spark.conf.set(conf, "false")  # batches with data only: the last one wrote records
 
+    offsets = ckpt / "state" / "offsets"
+
     def last_batch() -> int | None:
         done = [int(f.name) for f in commits.glob("*") if f.name.isdigit()]
-        offsets = [int(f.name) for f in (ckpt / "state" / "offsets").glob("*") if f.name.isdigit()]
-        return max(done) if done and max(done) == max(offsets) else None
+        planned = [int(f.name) for f in offsets.glob("*") if f.name.isdigit()]
+        return max(done) if done and max(done) == max(planned) else None
 
     def outputs() -> list[tuple[str, dict]]:
         return consume_all(t.bootstrap, t.findings) + consume_all(t.bootstrap, t.aggregates)
+
+    # How many records were out when each batch's commit was first seen (a batch writes its
+    # records before its commit): the batch to run again is the last one that wrote some. A
+    # later batch may write none (the partials of a window can come in two).
+    out_at: dict[int, int] = {}
+
+    def settled() -> bool:
+        batch = last_batch()
+        if batch is not None and batch not in out_at:
+            out_at[batch] = len(outputs())
+        return len(out_at) > 0 and time.monotonic() - changed[0] > 4 * settings.trigger_s
 
     try:
         job = start_job(spark, settings)
         try:
             wait_for("the leak's finding", lambda: consume_all(t.bootstrap, t.findings))
-            time.sleep(3 * settings.trigger_s)  # the partials' last batch, if they came in two
-            batch = wait_for("the state query's last batch committed", last_batch)
+            changed = [time.monotonic()]
+            seen = -1
+            while not settled():  # until no batch commits for four triggers
+                if len(out_at) != seen:
+                    seen, changed[0] = len(out_at), time.monotonic()
+                time.sleep(0.2)
         finally:
             job.stop(wait_s=30)
         first = outputs()
-        (commits / str(batch)).unlink()
+        counts = sorted(out_at.items())
+        writers = [b for (b, n), (_, m) in zip(counts[1:], counts, strict=False) if n > m]
+        batch = writers[-1] if writers else counts[0][0]
+        # A crash after the batch's records and before its commit: no commit from it on, no
+        # batch planned after it (with their checksum files: Spark writes both).
+        for log, first_gone in ((commits, batch), (offsets, batch + 1)):
+            for f in log.iterdir():
+                number = f.name.lstrip(".").split(".")[0]
+                if number.isdigit() and int(number) >= first_gone:
+                    f.unlink()
         job = start_job(spark, settings)
         try:
             wait_for("the batch run again and committed", lambda: (commits / str(batch)).exists())
