@@ -54,9 +54,25 @@ class GoBuild:
         return buildstamp.is_current(self.build_dir(), self.digest())
 
     def binary(self, program: str) -> Path:
+        """A program's path in the current build (``ensure_built`` first to be sure it is)."""
         if program not in self.programs:
             raise ValueError(f"{self.name} builds no {program!r}; known: {list(self.programs)}")
         return self.build_dir() / "bin" / program
+
+    def go(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``go <args>`` in the source folder, its output captured."""
+        go = shutil.which("go")
+        if go is None:
+            raise GoBuildError(
+                f"{self.what} need the 'go' toolchain on PATH "
+                f"(the version go.mod names or newer): {self.source / 'go.mod'}"
+            )
+        # GOTOOLCHAIN=local: fail naming the version instead of fetching another toolchain;
+        # -mod=readonly: go.sum must already pin every module.
+        env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+        if not self.cgo:
+            env["CGO_ENABLED"] = "0"
+        return subprocess.run([go, *args], cwd=self.source, env=env, capture_output=True, text=True)
 
     def ensure_built(self, quiet: bool = True) -> Path:
         """Build every program unless already built from the same sources; the bin dir."""
@@ -64,12 +80,6 @@ class GoBuild:
         out = buildstamp.keyed_dir(self.name, stamp)
         if buildstamp.is_current(out, stamp):
             return out / "bin"
-        go = shutil.which("go")
-        if go is None:
-            raise GoBuildError(
-                f"{self.what} need the 'go' toolchain on PATH "
-                f"(the version go.mod names or newer): {self.source / 'go.mod'}"
-            )
         part = buildstamp.start(out)
         (part / "bin").mkdir()
         if not quiet:
@@ -78,16 +88,14 @@ class GoBuild:
                 "again only when their sources change)...",
                 file=sys.stderr,
             )
-        # GOTOOLCHAIN=local: fail naming the version instead of fetching another toolchain;
-        # -mod=readonly: go.sum must already pin every module.
-        env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly -buildvcs=false"}
-        if not self.cgo:
-            env["CGO_ENABLED"] = "0"
-        cmd = [go, "build", "-trimpath", "-o", str(part / "bin") + os.sep]
+        args = ["build", "-trimpath", "-o", str(part / "bin") + os.sep]
         if self.ldflags:
-            cmd.append(f"-ldflags={self.ldflags}")
-        cmd += self.targets
-        proc = subprocess.run(cmd, cwd=self.source, env=env, capture_output=True, text=True)
+            args.append(f"-ldflags={self.ldflags}")
+        try:
+            proc = self.go(*args, *self.targets)
+        except GoBuildError:
+            buildstamp.abandon(part)
+            raise
         if proc.returncode != 0:
             buildstamp.abandon(part)
             raise GoBuildError(

@@ -16,12 +16,11 @@ from streaming.debian import apt_install
 from streaming.stack import artifacts
 
 BASE_TAG = "localhost/connmon-base/debian:bookworm"
-# Debian package -> the program it installs
-PACKAGES = {"buildah": "buildah", "podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
+PACKAGES = ("buildah", "podman", "runc", "mmdebstrap")  # each installs the program it names
 
 
 def missing_tools() -> list[str]:
-    return [pkg for pkg, prog in PACKAGES.items() if shutil.which(prog) is None]
+    return [pkg for pkg in PACKAGES if shutil.which(pkg) is None]
 
 
 def has_image(tag: str) -> bool:

@@ -26,7 +26,7 @@ import requests
 
 from streaming.stack import kubetools
 from streaming.stack.daemon import DaemonError, start_ready
-from streaming.stack.kafka import _alive, _terminate
+from streaming.stack.kafka import _terminate
 from streaming.stack.ports import free_port
 from streaming.stack.tls import Authority, _write_key
 
@@ -67,7 +67,6 @@ class ControlPlane:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout_s: float = 180.0) -> ControlPlane:
-        bins = kubetools.BUILD.ensure_built()
         if self.base_dir is None:
             self.base_dir = tempfile.mkdtemp(prefix="connmon-kube-")
         self._pki()
@@ -75,7 +74,7 @@ class ControlPlane:
         self.api_port = self.api_port or free_port()
         peer = free_port()
         etcd = [
-            str(bins / "etcd"),
+            str(kubetools.binary("etcd")),
             "--name=connmon-test",
             f"--data-dir={self.dir / 'etcd'}",
             f"--listen-client-urls=http://127.0.0.1:{self.etcd_port}",
@@ -105,7 +104,7 @@ class ControlPlane:
         """Start kube-apiserver (again, e.g. to expire every watch) on the same etcd."""
         pki = self.dir / "pki"
         argv = [
-            str(kubetools.BUILD.ensure_built() / "kube-apiserver"),
+            str(kubetools.binary("kube-apiserver")),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1",
             f"--secure-port={self.api_port}",
@@ -146,9 +145,6 @@ class ControlPlane:
         self.etcd_pid = None
         if self.base_dir and not self.keep_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def alive(self) -> bool:
-        return _alive(self.pid) and _alive(self.etcd_pid)
 
     def __enter__(self) -> ControlPlane:
         return self.start() if self.pid is None else self
@@ -214,8 +210,7 @@ class ControlPlane:
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """kubectl (built with the server, kustomize included) as the admin."""
         proc = subprocess.run(
-            [str(kubetools.BUILD.ensure_built() / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
-            + list(args),
+            [str(kubetools.binary("kubectl")), f"--kubeconfig={self.kubeconfig}"] + list(args),
             capture_output=True,
             text=True,
             timeout=120,

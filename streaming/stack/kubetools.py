@@ -46,7 +46,9 @@ BUILD = GoBuild(
 
 
 def binary(program: str) -> Path:
-    return BUILD.ensure_built() / program
+    """``etcd``, ``kube-apiserver`` or ``kubectl``, built first if needed."""
+    BUILD.ensure_built()
+    return BUILD.binary(program)
 
 
 if __name__ == "__main__":

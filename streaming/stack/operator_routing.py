@@ -11,8 +11,6 @@ streaming.stack.operator_routing`` builds both (``make setup`` does).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -39,7 +37,7 @@ def generate(
     objects ``configs`` on top of ``base`` for an Alertmanager in ``alertmanager_namespace``
     with matcher strategy ``strategy``."""
     argv = [
-        str(BUILD.ensure_built() / "amconfig"),
+        str(binary("amconfig")),
         f"--strategy={strategy}",
         f"--alertmanager-namespace={alertmanager_namespace}",
     ]
@@ -57,24 +55,16 @@ OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
 def crd_dir() -> Path:
     """The operator's CustomResourceDefinitions, from its module at the pinned version (Go's
     module cache; downloaded from the Go proxy when missing)."""
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("the Prometheus Operator's CRDs need the 'go' toolchain on PATH")
-    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
-    proc = subprocess.run(
-        [go, "mod", "download", "-json", OPERATOR_MODULE],
-        cwd=BUILD.source,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = BUILD.go("mod", "download", "-json", OPERATOR_MODULE)
     if proc.returncode != 0:
         raise RuntimeError(f"go mod download {OPERATOR_MODULE} failed: {proc.stderr[-2000:]}")
     return Path(json.loads(proc.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
 
 
-def amtool() -> Path:
-    return BUILD.ensure_built() / "amtool"
+def binary(program: str) -> Path:
+    """``amconfig`` or ``amtool``, built first if needed."""
+    BUILD.ensure_built()
+    return BUILD.binary(program)
 
 
 if __name__ == "__main__":

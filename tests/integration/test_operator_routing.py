@@ -80,7 +80,7 @@ def generated(tmp_path_factory) -> Path:
 
 
 def _routes(config: Path, labels: dict[str, str]) -> str:
-    argv = [str(operator_routing.amtool()), "config", "routes", "test"]
+    argv = [str(operator_routing.binary("amtool")), "config", "routes", "test"]
     argv += [f"--config.file={config}", *(f"{k}={v}" for k, v in labels.items())]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
