@@ -12,6 +12,8 @@ import pytest
 from streaming.stack import operator_routing
 from streaming.stack.kubecontrol import ControlPlane
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture
 def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
@@ -50,3 +52,15 @@ def kube() -> Iterator[ControlPlane]:
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_applied(kube: ControlPlane) -> ControlPlane:
+    """The API server with ``deploy/kubernetes`` as committed applied server-side (kubectl's
+    own kustomize, strict field validation), and the ``default`` ServiceAccounts the
+    ServiceAccount controller would add to its namespaces."""
+    kube.kubectl("apply", "--server-side", "--field-manager=connmon-test",
+                 "-k", str(REPO / "deploy" / "kubernetes"))  # fmt: skip
+    for ns in ("connmon", "connmon-job"):
+        kube.ensure_service_account(ns, "default")
+    return kube

@@ -317,6 +317,11 @@ def _podman_base() -> list[str]:
     return [*argv, "run", "--rm", f"--ulimit=nofile={soft}:{hard}", f"--ulimit=nproc={nproc}"]
 
 
+def _manifest(name: str, kind: str) -> dict:
+    """The object of ``kind`` in deploy/kubernetes/``name`` as committed."""
+    return next(d for d in yaml.safe_load_all((KUBE / name).read_text()) if d and d["kind"] == kind)
+
+
 def _security_flags(pod_spec: dict, container: dict) -> list[str]:
     """podman flags for a pod spec's and its container's security settings; anything the
     mapping does not know fails the test, so a manifest change cannot go unnoticed."""
@@ -358,11 +363,7 @@ def test_agent_image_with_the_daemonsets_security_context_reports_a_leak(
     exactly the DaemonSet's capabilities, read-only root: it finds the sockets of a Kafka
     client in another pod's network namespace whose connection the broker closed and which
     never closes it, and names the process and the broker."""
-    ds = next(
-        d
-        for d in yaml.safe_load_all((KUBE / "agent.yaml").read_text())
-        if d and d["kind"] == "DaemonSet"
-    )
+    ds = _manifest("agent.yaml", "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     assert spec["hostNetwork"] is False
@@ -429,11 +430,7 @@ def test_agent_image_with_the_daemonsets_security_context_reports_a_leak(
 def test_job_image_replays_with_the_job_pods_security_context(image, tmp_path) -> None:
     """The job's replay in the image, as the job's restricted pods run (non-root, read-only
     root, no capability, no network but loopback): the same findings as on the host."""
-    dep = next(
-        d
-        for d in yaml.safe_load_all((KUBE / "job.yaml").read_text())
-        if d and d["kind"] == "Deployment"
-    )
+    dep = _manifest("job.yaml", "Deployment")
     spec = dep["spec"]["template"]["spec"]
     flags = _security_flags(spec, spec["containers"][0])
     events = ROOT / "tests" / "fixtures" / "events" / "close_wait_leak.jsonl"

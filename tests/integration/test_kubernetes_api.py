@@ -54,11 +54,8 @@ def _versions(kube: ControlPlane, target: list[str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def applied(kube: ControlPlane) -> ControlPlane:
-    kube.kubectl("apply", "--server-side", MANAGER, "-k", str(KUBE))
-    for ns in ("connmon", "connmon-job"):  # what the ServiceAccount controller would add
-        kube.ensure_service_account(ns, "default")
-    return kube
+def applied(kube_applied: ControlPlane) -> ControlPlane:
+    return kube_applied
 
 
 def test_shipped_objects_are_accepted_and_a_second_apply_changes_nothing(applied):

@@ -44,11 +44,9 @@ STALLED_CLIENT = ROOT / "tests" / "fixtures" / "agent" / "stalled_producer.py"
 
 
 @pytest.fixture(scope="module")
-def cluster(kube: ControlPlane) -> ControlPlane:
-    kube.kubectl("apply", "--server-side", "--field-manager=connmon-test",
-                 "-k", str(ROOT / "deploy" / "kubernetes"))  # fmt: skip
-    kube.ensure_namespace(NS)
-    return kube
+def cluster(kube_applied: ControlPlane) -> ControlPlane:
+    kube_applied.ensure_namespace(NS)
+    return kube_applied
 
 
 def _bound_token(kube: ControlPlane, secret: str) -> str:
