@@ -21,7 +21,12 @@ from typing import Any, Literal
 
 from streaming.job.clocks import bounded
 from streaming.schema.aggregates import SERIES_FIELDS, key_part, series_key
-from streaming.schema.clients import LIBRARY_EVIDENCE, UNKNOWN_LIBRARY, version_tuple
+from streaming.schema.clients import (
+    IDENTITY_FIELDS,
+    LIBRARY_EVIDENCE,
+    UNKNOWN_LIBRARY,
+    version_tuple,
+)
 from streaming.schema.events import STATE_NAMES
 
 # The process nearest its fd limit: a whole pair from one summary (``records`` picks the
@@ -46,11 +51,6 @@ STATE_DETAIL = {
 SUMMARY_STATES = tuple(s for s in STATE_NAMES if s not in ("LISTEN", "CLOSE"))
 SERIES = SERIES_FIELDS
 
-# The client library's identity: which library, its version, how the agent knows it, and the
-# process's role among Kafka's own (the agent identifies all four of a process at once, and
-# names a summary's by one vote over the four). Merged as one value, never field by field
-# (``identity_rank``): two processes of a series would otherwise make a pair neither is.
-IDENTITY_FIELDS = ("client_library", "client_version", "client_library_evidence", "process_role")
 MAX_FIELDS = (
     "last_event_s",
     "broker_id",

@@ -45,6 +45,7 @@ from streaming.detectors import (
 from streaming.detectors.changes import change
 from streaming.detectors.config import DetectorConfig
 from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
+from streaming.schema.clients import IDENTITY_FIELDS
 from streaming.schema.findings import SEVERITIES, Finding, finding_key, finding_key_tail
 from streaming.schema.times import epoch, iso
 
@@ -79,9 +80,7 @@ HISTORY_FIELDS = (
     "syn_sent_count",
     # The fd count's own trend (close_wait_buildup's time to fd exhaustion).
     "fds_open",
-    "client_library",
-    "client_version",
-    "client_library_evidence",
+    *IDENTITY_FIELDS,
 )
 
 
@@ -381,13 +380,13 @@ def _held(saved: list[str] | dict[str, str]) -> dict[str, str]:
 
 def _carry_library(agg: Aggregate, windows: list[Aggregate]) -> None:
     """A window none of whose events named the client library (only sockets of no process, a
-    close) keeps the library its series' earlier windows named: the process did not change
-    library, and a finding (its advice) must not flip between the library's and none."""
+    close) keeps the library identity its series' earlier windows named, whole (the role of a
+    Kafka process with it): the process did not change library, and a finding (its advice)
+    must not flip between the library's and none."""
     for w in reversed(windows):
         if w.window_start < agg.window_start and w.client_library is not None:
-            agg.client_library = w.client_library
-            agg.client_version = w.client_version
-            agg.client_library_evidence = w.client_library_evidence
+            for name in IDENTITY_FIELDS:
+                setattr(agg, name, getattr(w, name))
             return
 
 

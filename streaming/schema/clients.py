@@ -63,6 +63,12 @@ def proven(evidence: str | None) -> bool:
 # a restore consumer and an admin client per thread). Null: an application.
 PROCESS_ROLES = ("broker", "controller", "connect", "mirrormaker", "streams")
 
+# A client's library identity: which library, its version, how the agent knows it, and the
+# process's role among Kafka's own (the agent identifies all four of a process at once, and
+# names a summary's by one vote over the four). Always taken as one value, never field by
+# field: two processes of a series would otherwise make a pair neither is.
+IDENTITY_FIELDS = ("client_library", "client_version", "client_library_evidence", "process_role")
+
 OTHER_LIBRARY = "other"  # a name this version does not know (a newer agent's)
 OTHER_VERSION = "other"
 

@@ -466,3 +466,34 @@ def test_the_fold_survives_a_restore():
         for f in restored.process([_reaped_second_client(minute)], {}).findings
     ]
     assert set(later) <= {"duplicate_connections"}
+
+
+def test_a_window_without_a_library_keeps_the_whole_identity_of_the_one_before():
+    """A Kafka Connect worker holds several clients by design. A window whose events name no
+    library carries the earlier identity forward whole: with the library but without the role
+    it would be a pair the process never was, and its clients' extra connections would read as
+    a duplicate."""
+    t = tracker()
+    named = {
+        "client_library": "java",
+        "client_version": "3.9.0",
+        "client_library_evidence": "loaded",
+        "process_role": "connect",
+    }
+    extra = {"dup_processes": 1, "dup_used_max_idle_s": 300.0, "dup_used_active_idle_s": 1.0}
+    assert t.process([agg(0, **named)], {}).findings == []
+    out = t.process([agg(1, **extra)], {})
+    assert out.findings == []
+    assert [tuple(getattr(a, f) for f in named) for a in out.aggregates] == [tuple(named.values())]
+    # The same window named without the role is a duplicate.
+    app = tracker().process([agg(1, **(named | {"process_role": None}), **extra)], {})
+    assert [f.kind for f in app.findings] == ["duplicate_connections"]
+
+
+def test_the_carried_identity_survives_a_restore():
+    t = tracker()
+    t.process([agg(0, client_library="java", client_version="3.9.0", process_role="streams")], {})
+    restored = tracker()
+    restored.load_state(json.loads(json.dumps(t.to_state())))
+    out = restored.process([agg(1)], {})
+    assert [(a.client_library, a.process_role) for a in out.aggregates] == [("java", "streams")]
