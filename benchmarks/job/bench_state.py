@@ -11,7 +11,9 @@ which is what the state query's processor does per key, with the executors' coll
 settings (``worker.prepare``). The baseline, in the same run, is one
 bucket holding every series in memory and never saved (the per-series work alone). Prints a JSON
 summary: seconds of one core per batch, per 1000 series, and the saved state's size.
-``--migrate-to N`` also times the Python work of moving the saved buckets to N buckets
+``--stages`` also reports the buckets' time by step (restore, windows, aggregates, detectors
+and their lifecycle, save), by wrapping those functions with timers (which adds their own
+cost). ``--migrate-to N`` also times the Python work of moving the saved buckets to N buckets
 (``rebucket``: split by series, merge; Spark's state reader and shuffle not included), against
 one batch of the buckets in the same run.
 """
@@ -71,6 +73,58 @@ def batch_rows(series: int, t: float, interval: float, trigger: float) -> list[d
     return rows
 
 
+# The steps ``--stages`` times: (label, owner, attribute). Nested ones are part of the outer.
+_STAGES = (
+    ("restore", "Bucket", "load"),
+    ("windows: merge, finish, evict", "OpenWindows", "apply"),
+    ("aggregates built", "buckets", "to_aggregates"),
+    ("tracker: lifecycle and detectors", "Tracker", "process"),
+    ("  of which detectors", "tracker", "detect_all"),
+    ("save", "Bucket", "dump"),
+)
+
+
+def _time_stages() -> dict:
+    """Wrap each step of ``_STAGES`` with a CPU timer; returns the running totals."""
+    from streaming.job import open_windows, tracker
+
+    owners = {
+        "Bucket": Bucket,
+        "OpenWindows": open_windows.OpenWindows,
+        "buckets": buckets,
+        "Tracker": tracker.Tracker,
+        "tracker": tracker,
+    }
+    totals: dict = {"on": False}
+
+    def timed(label: str, f):
+        def run(*a, **kw):
+            t = time.process_time()
+            try:
+                return f(*a, **kw)
+            finally:
+                if totals["on"]:
+                    totals[label] = totals.get(label, 0.0) + time.process_time() - t
+
+        return run
+
+    for label, owner, name in _STAGES:
+        target = owners[owner]
+        setattr(target, name, timed(label, getattr(target, name)))
+    return totals
+
+
+def _stage_summary(totals: dict | None, series_batches: int) -> dict:
+    if totals is None:
+        return {}
+    return {
+        "stages_us_per_series_batch": {
+            label: round(totals.get(label, 0.0) / series_batches * 1e6, 2)
+            for label, _owner, _name in _STAGES
+        }
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--series", type=int, default=20000)
@@ -79,7 +133,9 @@ def main() -> int:
     ap.add_argument("--trigger", type=float, default=5.0, help="batch every, s of event time")
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--migrate-to", type=int, help="also time moving the state to N buckets")
+    ap.add_argument("--stages", action="store_true", help="also time the buckets' steps")
     args = ap.parse_args()
+    stages = _time_stages() if args.stages else None
     # The collector as the executors' Python workers set it (``worker.prepare``; an older
     # commit run from its worktree may keep Python's default threshold).
     gc.collect()
@@ -106,6 +162,8 @@ def main() -> int:
         for r in rows:
             key = hash((r["host"], r["app"])) % args.buckets
             by_bucket.setdefault(key, []).append(json.dumps(r))
+        if stages is not None:
+            stages["on"] = b >= warm
         t2 = time.process_time()
         for k in range(args.buckets):
             bucket = Bucket.load(saved.get(k), cfg, window_end_clock)
@@ -115,6 +173,8 @@ def main() -> int:
             saved[k] = bucket.dump()
             list(output_rows(em, TOPICS))  # the rows handed back to Spark
         t3 = time.process_time()
+        if stages is not None:
+            stages["on"] = False  # the in-memory baseline is not timed by step
         if b >= warm:
             base_s += t1 - t0
             bucket_s += t3 - t2
@@ -157,6 +217,7 @@ def main() -> int:
                 "state_mb_json": round(raw_bytes / n / 1e6, 2),
             }
             | moved
+            | _stage_summary(stages, n * args.series)
         )
     )
     return 0
