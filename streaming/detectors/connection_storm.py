@@ -62,6 +62,11 @@ def span(agg: Aggregate, history: Sequence[Aggregate] = ()) -> dict[str, float]:
     return counts
 
 
+def _connects(w: Aggregate) -> bool:
+    """Whether a window of a series counts anything a client-side storm's checks rate."""
+    return bool(w.opens or w.short_lived or w.syn_sent_count)
+
+
 def _window_before(agg: Aggregate, w: Aggregate, history: Sequence[Aggregate]) -> Aggregate | None:
     """The window of ``agg``'s series just before window ``w``, if the history has it."""
     return next(
@@ -232,9 +237,11 @@ _CLIENT_ADVICE = {
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
     """A finding when any of opens/min, short-lived/min, SYN_SENT or the host's failed connects
     per minute reaches its threshold; critical at ``storm_critical_factor`` times it."""
+    host_level = agg.app == HOST_SERIES
+    if not host_level and not _connects(agg) and not any(map(_connects, history)):
+        return []  # every rate and SYN_SENT is 0 (most series): the answer without ``span``
     counts = span(agg, history)
     r = _rates(counts, agg)
-    host_level = agg.app == HOST_SERIES
     if host_level:
         # The host's failed-connect counter belongs to no socket, so it only ever speaks for the
         # host-level series; attached to every client x broker pair it would flag healthy ones.

@@ -53,9 +53,16 @@ def timer_cycles(
     return best
 
 
+def _reopens(w: Aggregate) -> bool:
+    """Whether a window of a series holds a re-open after an idle close (a timer cycle)."""
+    return bool(w.reopens_after_idle)
+
+
 def detect(agg: Aggregate, cfg: DetectorConfig, history: Sequence[Aggregate] = ()) -> list[Finding]:
     """A finding when ``idle_churn_min_cycles`` cycles of one timer fall within
     ``idle_churn_window_s`` ending at this window."""
+    if not _reopens(agg) and not any(map(_reopens, history)):
+        return []  # no cycle at all (most series): the answer without reading the history
     end = epoch(agg.window_end)
     recent = [
         w
