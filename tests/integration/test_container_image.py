@@ -4,14 +4,14 @@ Always: the entry point's dispatch (Spark's executor contract, ``connmon`` other
 bash against stand-ins for java and connmon, and the build inputs checked against the versions
 the rest of the project pins.
 
-Then the image is built with buildah from a base image in local storage: ``CONNMON_IMAGE_BASE``,
-else the Debian base ``make setup`` makes from Debian's packages
-(deploy/container/make-base.sh), else Debian 12 slim from a registry (3 to 4.5 minutes from a
-cold layer cache on the reference machine; with the cache, a source change rebuilds from the
-connmon install on). Checked in it: versions, user, Spark with the Kafka connector, the
-executor entry point, one agent scan. podman then runs the agent with exactly the DaemonSet's
-security context against a real broker and a real CLOSE_WAIT leak in a pod's network
-namespace, and the job's replay with the job pods' restricted context.
+Then the image is built by the command of deploy/kubernetes/README.md's "Without registry
+access", as written, on the Debian base ``make setup`` makes from Debian's packages
+(deploy/container/make-base.sh), or on ``CONNMON_IMAGE_BASE``; ``CONNMON_IMAGE_S3A`` sets
+``S3A`` (about 3 minutes from a cold layer cache on the reference machine; with the cache, a
+source change rebuilds from the connmon install on). Checked in it: versions, user, Spark with
+the Kafka connector, the executor entry point, one agent scan. podman then runs the agent with
+exactly the DaemonSet's security context against a real broker and a real CLOSE_WAIT leak in a
+pod's network namespace, and the job's replay with the job pods' restricted context.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTAINER_DIR = ROOT / "deploy" / "container"
 CONTAINERFILE = CONTAINER_DIR / "Containerfile"
 ENTRYPOINT = CONTAINER_DIR / "entrypoint.sh"
-DEFAULT_BASE = "docker.io/library/debian:bookworm-slim"
 KUBE = ROOT / "deploy" / "kubernetes"
 STALLED_CLIENT = ROOT / "tests" / "fixtures" / "agent" / "stalled_producer.py"
 
@@ -166,54 +166,66 @@ def _run(cmd: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProc
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def _readme_build() -> list[str]:
+    """The image build of deploy/kubernetes/README.md's "Without registry access", as written
+    (its continuation lines joined), split as the shell splits it."""
+    section = (KUBE / "README.md").read_text().split("### Without registry access", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    line = next(ln for ln in block.splitlines() if ln.startswith("buildah bud "))
+    return shlex.split(line)
+
+
+def _option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_the_readme_builds_on_the_base_make_setup_makes() -> None:
+    command = _readme_build()
+    assert f"BASE_IMAGE={images.BASE_TAG}" in command
+    assert command[-1] == "." and _option(command, "-f") == str(CONTAINERFILE.relative_to(ROOT))
+
+
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
-    """The image built from the checkout, removed afterwards (the layer cache stays)."""
-    buildah = shutil.which("buildah")
-    if buildah is None:
+    """The image the README's command builds from the checkout; its tag and the build stage's
+    stay as the next build's cache."""
+    if shutil.which("buildah") is None:
         pytest.skip("buildah is not installed (Debian: apt-get install buildah)")
-    base = os.environ.get("CONNMON_IMAGE_BASE") or (
-        images.BASE_TAG if images.has_image(images.BASE_TAG) else DEFAULT_BASE
-    )
-    if _run([buildah, "inspect", "--type", "image", base], timeout=60).returncode != 0:
+    *command, context = _readme_build()
+    tag = _option(command, "-t")
+    args = dict(a.split("=", 1) for a in command[command.index("bud") :] if "=" in a)
+    base = os.environ.get("CONNMON_IMAGE_BASE") or args["BASE_IMAGE"]
+    if _run(["buildah", "inspect", "--type", "image", base], timeout=60).returncode != 0:
         pytest.skip(
             f"base image {base} is not in local storage: make one from Debian's packages "
             "(`make setup` as root does: deploy/container/make-base.sh) or pull it "
             f"(`buildah pull {base}`)"
         )
-    tag = "localhost/connmon:test"
-    cmd = [
-        buildah,
-        "bud",
-        "--isolation",
-        "chroot",
-        "--layers",
-        "-f",
-        str(CONTAINERFILE),
-        "--ignorefile",
-        str(CONTAINER_DIR / ".containerignore"),
-        "--build-arg",
-        f"BASE_IMAGE={base}",
-        "--build-arg",
-        f"S3A={os.environ.get('CONNMON_IMAGE_S3A', 'false')}",
+    # What the README says to add: another base or S3A when asked, and behind a
+    # TLS-intercepting proxy (locally added CAs) its CA for pip and Maven in the build stage.
+    extra = [
+        *(["--build-arg", f"BASE_IMAGE={base}"] if base != args["BASE_IMAGE"] else []),
+        *(["--build-arg", f"S3A={s3a}"] if (s3a := os.environ.get("CONNMON_IMAGE_S3A")) else []),
     ]
-    # Locally added CAs (a TLS-intercepting proxy) for pip and Maven in the build stage.
     local_cas = sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt"))
     ca_bundle = Path(f"/tmp/connmon-image-ca-{os.getpid()}.pem")
     if local_cas:
         ca_bundle.write_text("".join(p.read_text() for p in local_cas))
-        cmd += ["--secret", f"id=extra-ca,src={ca_bundle}"]
+        extra += ["--secret", f"id=extra-ca,src={ca_bundle}"]
+    at = command.index("-t")
+    stage = [*command[:at], *command[at + 2 :], "--target", "build", "-t", f"{tag}-build"]
     try:
-        # The build stage tagged too: its layers are no ancestors of the image's.
-        for target in (["--target", "build", "-t", f"{tag}-build"], ["-t", tag]):
-            proc = _run([*cmd, *target, str(ROOT)], timeout=1800)
+        # The build stage tagged too (its layers are no ancestors of the image's), then the
+        # README's command itself.
+        for cmd in (stage, command):
+            proc = _run([*cmd, *extra, context], timeout=1800, cwd=ROOT)
             assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     finally:
         ca_bundle.unlink(missing_ok=True)
     # The tags stay, with the layers they were built from (the next build's cache); earlier
     # builds' layers go, so the storage does not grow with every source change.
     for _ in range(10):
-        pruned = _run([buildah, "rmi", "--prune"], timeout=300)
+        pruned = _run(["buildah", "rmi", "--prune"], timeout=300)
         if not pruned.stdout.strip():
             break
     yield tag
