@@ -29,6 +29,7 @@ layout costs, to choose before building it. Prints one JSON summary.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -51,7 +52,7 @@ from streaming.job import buckets  # noqa: E402
 from streaming.job.buckets import Bucket, Record, output_rows, window_end_clock  # noqa: E402
 from streaming.job.open_windows import MAX_FIELDS, MIN_FIELDS, SUM_FIELDS, flat_col  # noqa: E402
 from streaming.job.sinks import dumps  # noqa: E402
-from streaming.schema.aggregates import SERIES_FIELDS, series_key  # noqa: E402
+from streaming.schema.aggregates import SERIES_FIELDS, Aggregate, series_key  # noqa: E402
 from streaming.schema.times import iso  # noqa: E402
 
 NAN = math.nan
@@ -105,9 +106,8 @@ OUT_NUMERIC = (
     "fds_limit",
 )
 # Of those, the integers (the arrays hold floats; a published count is an integer).
-OUT_INT = np.array(
-    [i for i, f in enumerate(OUT_NUMERIC[:13]) if not f.endswith("_s")] + [17, 20, 21]
-)
+_FLOATS = {f.name for f in dataclasses.fields(Aggregate) if "float" in str(f.type)}
+OUT_INT = np.array([i for i, f in enumerate(OUT_NUMERIC) if f not in _FLOATS and "fds" not in f])
 OUT_FLOAT = np.array([i for i in range(len(OUT_NUMERIC)) if i not in set(OUT_INT.tolist())])
 OUT_ABSENT = (
     "broker_id",
