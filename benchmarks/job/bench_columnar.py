@@ -213,6 +213,7 @@ class ColumnarBucket:
         if not text:
             return out
         rows = [orjson.loads(line) for line in text.split("\n")]
+        self._slot(max(r["window_start_s"] for r in rows))  # a newer window moves in first
         routed_rows = []
         idx, slots, values = [], [], []
         for r in rows:
@@ -231,14 +232,17 @@ class ColumnarBucket:
             values.append(_row_values(r))
         self._grow(len(self.keys))
         if idx:
-            out += self._merge_and_publish(np.array(idx), np.array(slots), np.array(values), rows)
+            out += self._merge_and_publish(np.array(idx), np.array(slots), np.array(values))
         if routed_rows:
             text = "\n".join(orjson.dumps(r).decode() for r in routed_rows)
             em = self.objects.process([Record(batch, 0, None, fleet, text)], fleet)
             out += list(output_rows(em, TOPICS))
         return out
 
-    def _merge_and_publish(self, idx, slots, values, rows) -> list[tuple]:
+    def _merge_and_publish(self, idx, slots, values) -> list[tuple]:
+        """Merge the rows into their windows, finish the newer window of the touched series,
+        open the gates; publish the series whose gates stay closed (the others move to the
+        object path, which gets their next rows)."""
         win = self.win
         for s in (0, 1):
             m = slots == s
@@ -295,7 +299,7 @@ class ColumnarBucket:
         )
         out: list[tuple] = []
         if gate.any():
-            self._route([self.keys[i] for i in touched[gate]], rows)
+            self.routed.update(self.keys[i] for i in touched[gate])
         keep = ~gate
         n = _z(cur[touched, AT["lifetime_n"]])
         life = np.where(n > 0, cur[touched, AT["lifetime_sum_s"]] / np.where(n > 0, n, 1), NAN)
@@ -350,10 +354,6 @@ class ColumnarBucket:
             }
             out.append((topic, self.keys[i], dumps(body)))
         return out
-
-    def _route(self, keys: list[str], rows: list[dict]) -> None:
-        """Series whose gate opened go to the object path from now on (their next rows)."""
-        self.routed.update(keys)
 
 
 def io_floor(text: str | None, saved: bytes | None, state_json: bytes, aggs: list[dict]) -> bytes:
