@@ -75,25 +75,19 @@ SUMS = np.array([AT[f] for f in SUM_FIELDS])
 MAXES = np.array([AT[f] for f in NUMERIC_MAX])
 MINS = np.array([AT[f] for f in MIN_FIELDS])
 STATE_AT = tuple((s, np.array([AT[flat_col(s, n)] for n in names])) for s, names in STATES)
-# The published aggregate: its numeric fields as columns of a finished window.
-OUT_NUMERIC = (
-    "opens",
-    "closes_local",
-    "closes_peer",
-    "closes_unknown",
-    "closes_after_idle",
-    "closes_after_idle_local",
-    "closes_after_idle_peer",
-    "closes_broker_drop",
-    "connects_failed",
-    "connects_refused",
-    "reopens_after_idle",
-    "short_lived",
+# The published aggregate's numeric fields: those a window's slots hold as they are (its
+# sums that are aggregate fields, and some maxima and minima), then those finished from them.
+_AGGREGATE_FIELDS = {f.name for f in dataclasses.fields(Aggregate)}
+OUT_COPIED = (
+    *(f for f in SUM_FIELDS if f in _AGGREGATE_FIELDS),
     "paused_processes",
     "idle_at_close_max_s",
     "lifetime_max_s",
     "reopen_idle_min_s",
     "reopen_idle_max_s",
+)
+OUT_NUMERIC = (
+    *OUT_COPIED,
     "close_wait_count",
     "close_wait_oldest_age_s",
     "close_wait_slope_per_s",
@@ -305,7 +299,7 @@ class ColumnarBucket:
         life = np.where(n > 0, cur[touched, AT["lifetime_sum_s"]] / np.where(n > 0, n, 1), NAN)
         cols = np.stack(
             [
-                *(w[:, AT[f]] for f in OUT_NUMERIC[:17]),
+                *(w[:, AT[f]] for f in OUT_COPIED),
                 cw,
                 oldest,
                 np.full(len(touched), NAN),  # the slope: needs two CLOSE_WAIT summaries
