@@ -312,7 +312,7 @@ class Bucket:
         result = self.windows.apply(partials, bound=now, newest_before=newest_before)
         em.late += result.late
         self._count_hosts(partials, result.late_by_host, now, em)
-        aggs, host_rates = to_aggregates(result.rows, self.cfg.window_s)
+        aggs, host_rates = to_aggregates(result.windows, self.cfg.window_s)
         out = self.tracker.process(aggs, host_rates, fleet_end=self._fleet_end())
         em.aggregates += [(a.series, a.to_dict()) for a in out.aggregates]
         em.findings += [(f.key, f.to_dict()) for f in out.findings]

@@ -3,7 +3,7 @@
 Each micro-batch aggregates its own events into *partial* rows per (window, series) with
 mergeable statistics only (sums, minima, maxima, values taken at the latest event time). This
 module merges them into the open windows, applies the event-time watermark, counts late events
-(per host), and turns a window into the finished row that ``records`` reads. Pure Python: the
+(per host); ``records`` reads a window's slots into an ``Aggregate``. Pure Python: the
 job keeps one ``OpenWindows`` per state bucket (``buckets``), saved in Spark's state store.
 
 Watermark: the fleet's newest event time (each event time bounded by the job's clock when its
@@ -94,18 +94,13 @@ SUM_FIELDS = (
 HB_BY_TIME = (("hb_fails_first", "hb_t_first", False), ("hb_fails_last", "hb_t_last", True))
 
 
-def state_col(state: str) -> str:
-    """Name of a state's latest-summary dict in a finished row."""
-    return f"st_{state.lower()}"
-
-
 def state_fields(state: str) -> tuple[str, ...]:
     return ("t", "count") + STATE_DETAIL.get(state, ())
 
 
 def flat_col(state: str, name: str) -> str:
     """Name of one latest-summary field in a partial row."""
-    return f"{state_col(state)}__{name}"
+    return f"st_{state.lower()}__{name}"
 
 
 # (state, names, flat column names), computed once: merge runs per partial row and state.
@@ -136,23 +131,22 @@ WINDOW_FIELDS = (
     *(f for f, _t, _newest in HB_BY_TIME),
     *(f"_{f}_t" for f, _t, _newest in HB_BY_TIME),
 )
-_AT = {f: i for i, f in enumerate(WINDOW_FIELDS)}
-_START = _AT["window_start_s"]
-_SERIES_AT = tuple(_AT[f] for f in SERIES)
-_MAX_AT = tuple((_AT[f], f) for f in MAX_FIELDS)
-_MIN_AT = tuple((_AT[f], f) for f in MIN_FIELDS)
-_SUM_AT = tuple((_AT[f], f) for f in SUM_FIELDS)
-_COPIED_AT = tuple((_AT[f], f) for f in _COPIED)
-_ID = slice(_AT[IDENTITY_FIELDS[0]], _AT[IDENTITY_FIELDS[-1]] + 1)
+# Each field's slot in an open window.
+SLOT = {f: i for i, f in enumerate(WINDOW_FIELDS)}
+_START = SLOT["window_start_s"]
+_SERIES_AT = tuple(SLOT[f] for f in SERIES)
+_MAX_AT = tuple((SLOT[f], f) for f in MAX_FIELDS)
+_MIN_AT = tuple((SLOT[f], f) for f in MIN_FIELDS)
+_SUM_AT = tuple((SLOT[f], f) for f in SUM_FIELDS)
+_COPIED_AT = tuple((SLOT[f], f) for f in _COPIED)
+_ID = slice(SLOT[IDENTITY_FIELDS[0]], SLOT[IDENTITY_FIELDS[-1]] + 1)
 assert WINDOW_FIELDS[_ID] == IDENTITY_FIELDS  # adjacent slots: merged as one value
 _LIBRARY = _ID.start
-# Per state: its finished row's column, its field names, their flat columns in a partial row
-# and their positions in a window. A state's latest summary is taken as a whole.
-_STATE_AT = tuple(
-    (state_col(st), names, cols, tuple(_AT[c] for c in cols)) for st, names, cols in _STATE_COLS
-)
+# Per state: its flat columns in a partial row and their slots in a window. A state's latest
+# summary is taken as a whole.
+_STATE_AT = tuple((cols, tuple(SLOT[c] for c in cols)) for _st, _names, cols in _STATE_COLS)
 # (value position, its time's position, the partial row's fields, newest?)
-_HB_AT = tuple((_AT[f], _AT[f"_{f}_t"], f, t, newest) for f, t, newest in HB_BY_TIME)
+_HB_AT = tuple((SLOT[f], SLOT[f"_{f}_t"], f, t, newest) for f, t, newest in HB_BY_TIME)
 
 
 def _max(a: Any, b: Any) -> Any:
@@ -240,7 +234,7 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
         into[i] = _min(into[i], get(f))
     for i, f in _SUM_AT:
         into[i] = (into[i] or 0) + (get(f) or 0)
-    for _col, _names, cols, at in _STATE_AT:
+    for cols, at in _STATE_AT:
         if get(cols[0]) is None:
             continue
         mine = tuple(into[i] for i in at)
@@ -270,7 +264,7 @@ def new_window(part: Mapping[str, Any]) -> list[Any]:
         w[i] = get(f)
     for i, f in _SUM_AT:
         w[i] = get(f) or 0
-    for _col, _names, cols, at in _STATE_AT:
+    for cols, at in _STATE_AT:
         if get(cols[0]) is not None:
             for i, c in zip(at, cols, strict=True):
                 w[i] = get(c)
@@ -278,41 +272,6 @@ def new_window(part: Mapping[str, Any]) -> list[Any]:
         if get(t) is not None:
             w[i], w[it] = get(f), part[t]
     return w
-
-
-def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None:
-    """``covar_pop(t, count) / var_pop(t)`` over the window's CLOSE_WAIT summaries."""
-    if n < 2:
-        return None
-    mt, mc = st / n, sn / n
-    var = stt / n - mt * mt
-    if var <= 1e-9:  # all at one instant (t is relative to the window start, so no cancellation)
-        return None
-    return (stn / n - mt * mc) / var
-
-
-# All but ``window_start_s`` (``finish`` adds it with the end).
-_FINISHED = (*_COPIED[1:], *SUM_FIELDS, *(f for f, _t, _n in HB_BY_TIME))
-_FINISHED_AT = tuple((f, _AT[f]) for f in _FINISHED)
-_CW_AT = tuple(_AT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
-_LIFETIME_SUM, _LIFETIME_N = _AT["lifetime_sum_s"], _AT["lifetime_n"]
-
-
-def finish(w: list[Any], window_s: float) -> dict[str, Any]:
-    """An open window as the row ``records.to_aggregate`` reads."""
-    row: dict[str, Any] = {f: w[i] for f, i in _FINISHED_AT}
-    row["window_start_s"] = w[_START]
-    row["window_end_s"] = w[_START] + window_s
-    for col, names, _cols, at in _STATE_AT:
-        if w[at[0]] is None:
-            row[col] = None
-        else:
-            row[col] = {n: w[i] for n, i in zip(names, at, strict=True)}
-    n, st, sn, stt, stn = (w[i] for i in _CW_AT)
-    row["close_wait_slope_per_s"] = _slope(n or 0, st, sn, stt, stn)
-    n = w[_LIFETIME_N] or 0
-    row["lifetime_avg_s"] = w[_LIFETIME_SUM] / n if n else None
-    return row
 
 
 _KEY_FIELDS = ("window_start_s", *SERIES)
@@ -325,7 +284,7 @@ def window_key(part: Mapping[str, Any]) -> str:
 
 @dataclass
 class BatchResult:
-    rows: list[dict[str, Any]]  # finished rows of the windows this batch updated
+    windows: list[list[Any]]  # the windows this batch updated (copies of their slots)
     late: int  # events of this batch whose window had closed
     watermark_s: float | None  # watermark in effect for this batch
     max_event_s: float | None  # newest event time seen so far
@@ -391,10 +350,10 @@ class OpenWindows:
                 merge(w, part)
             touched[key] = None
         order = sorted(touched, key=lambda k: (self.open[k][_START], k))
-        rows = [finish(self.open[k], self.window_s) for k in order]
+        windows = [list(self.open[k]) for k in order]
         self.max_event_s = newest
         self.evict()
-        return BatchResult(rows, late, wm, self.max_event_s, late_by_host)
+        return BatchResult(windows, late, wm, self.max_event_s, late_by_host)
 
     def evict(self) -> None:
         """Forget the windows the watermark closed."""

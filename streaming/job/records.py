@@ -1,19 +1,24 @@
-"""Window rows (plain dicts from the small aggregated frame) -> ``Aggregate`` records.
+"""Open windows (``open_windows``: a list of slots per window) -> ``Aggregate`` records.
 
-Pure Python on already aggregated data: which per-state summary is current, the host's failed
-connects per minute from heartbeat counters, ISO times.
+The one derivation of a window's published values, read straight from its slots: which
+per-state summary is current, the CLOSE_WAIT slope and average lifetime from their sums, the
+process nearest its fd limit, the host's failed connects per minute from heartbeat counters,
+ISO times.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from streaming.job.open_windows import SUMMARY_STATES, state_col
+from streaming.job.open_windows import SLOT, SUM_FIELDS, SUMMARY_STATES, flat_col
 from streaming.schema.aggregates import Aggregate
-from streaming.schema.fds import FdUsage, nearest_limit
+from streaming.schema.clients import IDENTITY_FIELDS
+from streaming.schema.fds import nearest_limit
 from streaming.schema.times import iso
+
+Window = Sequence[Any]  # an open window's slots, ``open_windows.WINDOW_FIELDS``
 
 
 def _num(v: Any) -> float | None:
@@ -22,113 +27,143 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
-def _current_states(row: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """Latest summary per state, keeping only states reported at the series' latest summary
-    tick: an agent sends no summary for a state with no sockets, so an older one is stale."""
-    last_t = row.get("summary_last_t")
+def _at(state: str, name: str) -> int:
+    return SLOT[flat_col(state, name)]
+
+
+# Copied as they are, counted (null as 0), and numbers that may be absent.
+_COPIED = tuple(
+    (f, SLOT[f])
+    for f in (
+        "side",
+        "host",
+        "app",
+        "broker",
+        "peer_host",
+        "broker_id",
+        "broker_endpoint",
+        "cluster",
+        *IDENTITY_FIELDS,
+        "paused_how",
+    )
+)
+_AGGREGATE_FIELDS = frozenset(Aggregate.__dataclass_fields__)
+_COUNTS = tuple((f, SLOT[f]) for f in (*SUM_FIELDS, "paused_processes") if f in _AGGREGATE_FIELDS)
+_NUMBERS = tuple(
+    (f, SLOT[f])
+    for f in ("idle_at_close_max_s", "reopen_idle_min_s", "reopen_idle_max_s", "lifetime_max_s")
+)
+# Per summary state: its time's slot and its count's slot.
+_STATES = tuple((st, _at(st, "t"), _at(st, "count")) for st in SUMMARY_STATES)
+_START, _LAST_EVENT = SLOT["window_start_s"], SLOT["last_event_s"]
+_SUMMARY_T, _SUMMARY_EVERY = SLOT["summary_last_t"], SLOT["summary_interval_s"]
+_CW = tuple(SLOT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
+_LIFETIME_SUM, _LIFETIME_N = SLOT["lifetime_sum_s"], SLOT["lifetime_n"]
+_EST = "ESTABLISHED"
+# ESTABLISHED's detail: (aggregate field, slot, kind) with kind "n" a number that may be
+# absent, "i" a count (null as 0), "=" as it is.
+_EST_DETAIL = tuple(
+    (f, _at(_EST, name), kind)
+    for f, name, kind in (
+        ("max_idle_s", "max_idle_s", "n"),
+        ("established_processes", "processes", "="),
+        ("established_max_per_process", "max_per_process", "="),
+        ("dup_processes", "dup_processes", "i"),
+        ("dup_max_idle_s", "dup_max_idle_s", "n"),
+        ("dup_conn", "dup_conn", "="),
+        ("dup_unused_processes", "dup_unused_processes", "i"),
+        ("dup_used_max_idle_s", "dup_used_max_idle_s", "n"),
+        ("dup_used_active_idle_s", "dup_used_active_idle_s", "n"),
+    )
+)
+_EST_ABSENT = {f: (0 if kind == "i" else None) for f, _i, kind in _EST_DETAIL}
+_CW_AGE = _at("CLOSE_WAIT", "oldest_state_age_s")
+# Each state whose summaries carry the fd pair: (state, open's slot, limit's slot).
+_FDS = tuple((st, _at(st, "fds_open"), _at(st, "fds_limit")) for st in (_EST, "CLOSE_WAIT"))
+_HB = tuple(SLOT[f] for f in ("hb_fails_first", "hb_fails_last", "hb_t_first", "hb_t_last"))
+
+
+def _current_states(w: Window) -> dict[str, int]:
+    """Socket count per state, of the states reported at the series' latest summary tick: an
+    agent sends no summary for a state with no sockets, so an older one is stale."""
+    last_t = w[_SUMMARY_T]
     if last_t is None:
         return {}
     # Summaries of one tick are stamped within a fraction of the interval of each other.
-    tolerance = max(0.5 * (row.get("summary_interval_s") or 0.0), 1.0)
-    current = {}
-    for state in SUMMARY_STATES:
-        s = row.get(state_col(state))
-        if s is not None and s["t"] is not None and s["t"] >= last_t - tolerance:
-            current[state] = s
-    return current
+    since = last_t - max(0.5 * (w[_SUMMARY_EVERY] or 0.0), 1.0)
+    return {
+        st: int(w[count] or 0)
+        for st, t, count in _STATES
+        if (at := w[t]) is not None and at >= since
+    }
 
 
-def _attempt_fails_per_min(row: Mapping[str, Any]) -> float | None:
-    first, last = row.get("hb_fails_first"), row.get("hb_fails_last")
-    t0, t1 = row.get("hb_t_first"), row.get("hb_t_last")
+def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None:
+    """``covar_pop(t, count) / var_pop(t)`` over the window's CLOSE_WAIT summaries."""
+    if n < 2:
+        return None
+    mt, mc = st / n, sn / n
+    var = stt / n - mt * mt
+    if var <= 1e-9:  # all at one instant (t is relative to the window start, so no cancellation)
+        return None
+    return (stn / n - mt * mc) / var
+
+
+def to_aggregate(w: Window, window_s: float) -> Aggregate:
+    """One window of a series as an ``Aggregate``."""
+    sockets = _current_states(w)
+    d: dict[str, Any] = {f: w[i] for f, i in _COPIED}
+    d.update((f, int(w[i] or 0)) for f, i in _COUNTS)
+    d.update((f, _num(w[i])) for f, i in _NUMBERS)
+    start = w[_START]
+    d["window_start"], d["window_end"], d["window_s"] = iso(start), iso(start + window_s), window_s
+    d["sockets"] = sockets
+    if _EST in sockets:
+        for f, i, kind in _EST_DETAIL:
+            v = w[i]
+            d[f] = _num(v) if kind == "n" else int(v or 0) if kind == "i" else v
+    else:
+        d.update(_EST_ABSENT)
+    d["close_wait_count"] = sockets.get("CLOSE_WAIT", 0)
+    d["close_wait_oldest_age_s"] = _num(w[_CW_AGE]) if "CLOSE_WAIT" in sockets else None
+    n, st, sn, stt, stn = (w[i] for i in _CW)
+    d["close_wait_slope_per_s"] = _num(_slope(n or 0, st, sn, stt, stn))
+    d["time_wait_count"] = sockets.get("TIME_WAIT", 0)
+    d["syn_sent_count"] = sockets.get("SYN_SENT", 0)
+    n = w[_LIFETIME_N] or 0
+    d["lifetime_avg_s"] = _num(w[_LIFETIME_SUM] / n) if n else None
+    d["last_event_time"] = iso(w[_LAST_EVENT])
+    fds = nearest_limit(
+        (int(w[o]), int(w[lim]))
+        for st, o, lim in _FDS
+        if st in sockets and w[o] is not None and w[lim]
+    )
+    d["fds_open"], d["fds_limit"] = fds if fds else (None, None)
+    return Aggregate.from_fields(tuple(d), d.values())
+
+
+def _attempt_fails_per_min(w: Window) -> float | None:
+    first, last, t0, t1 = (w[i] for i in _HB)
     if None in (first, last, t0, t1) or t1 <= t0 or last < first:  # a reset: agent restarted
         return None
     return (last - first) * 60.0 / (t1 - t0)
 
 
-def _fds(*states: Mapping[str, Any]) -> FdUsage | None:
-    """The pair of the process nearest its fd limit among the current states' summaries."""
-    return nearest_limit(
-        (int(s["fds_open"]), int(s["fds_limit"]))
-        for s in states
-        if s.get("fds_open") is not None and s.get("fds_limit")
-    )
-
-
-def to_aggregate(row: Mapping[str, Any], window_s: float) -> Aggregate:
-    """One finished window row (``open_windows.finish``) as an ``Aggregate``."""
-    states = _current_states(row)
-    est = states.get("ESTABLISHED", {})
-    cw = states.get("CLOSE_WAIT", {})
-    fds = _fds(est, cw)
-    return Aggregate(
-        side=row["side"],
-        host=row["host"],
-        app=row["app"],
-        broker=row["broker"],
-        peer_host=row.get("peer_host"),
-        broker_id=row.get("broker_id"),
-        broker_endpoint=row.get("broker_endpoint"),
-        cluster=row.get("cluster"),
-        client_library=row.get("client_library"),
-        client_version=row.get("client_version"),
-        client_library_evidence=row.get("client_library_evidence"),
-        process_role=row.get("process_role"),
-        paused_processes=int(row.get("paused_processes") or 0),
-        paused_how=row.get("paused_how"),
-        window_start=iso(row["window_start_s"]),
-        window_end=iso(row["window_end_s"]),
-        window_s=window_s,
-        sockets={state: int(s["count"] or 0) for state, s in states.items()},
-        close_wait_count=int(cw.get("count") or 0),
-        close_wait_oldest_age_s=_num(cw.get("oldest_state_age_s")),
-        close_wait_slope_per_s=_num(row.get("close_wait_slope_per_s")),
-        time_wait_count=int((states.get("TIME_WAIT") or {}).get("count") or 0),
-        syn_sent_count=int((states.get("SYN_SENT") or {}).get("count") or 0),
-        max_idle_s=_num(est.get("max_idle_s")),
-        established_processes=est.get("processes"),
-        established_max_per_process=est.get("max_per_process"),
-        dup_processes=int(est.get("dup_processes") or 0),
-        dup_max_idle_s=_num(est.get("dup_max_idle_s")),
-        dup_conn=est.get("dup_conn"),
-        dup_unused_processes=int(est.get("dup_unused_processes") or 0),
-        dup_used_max_idle_s=_num(est.get("dup_used_max_idle_s")),
-        dup_used_active_idle_s=_num(est.get("dup_used_active_idle_s")),
-        opens=int(row.get("opens") or 0),
-        closes_local=int(row.get("closes_local") or 0),
-        closes_peer=int(row.get("closes_peer") or 0),
-        closes_unknown=int(row.get("closes_unknown") or 0),
-        closes_after_idle=int(row.get("closes_after_idle") or 0),
-        closes_after_idle_local=int(row.get("closes_after_idle_local") or 0),
-        closes_after_idle_peer=int(row.get("closes_after_idle_peer") or 0),
-        idle_at_close_max_s=_num(row.get("idle_at_close_max_s")),
-        reopens_after_idle=int(row.get("reopens_after_idle") or 0),
-        reopen_idle_min_s=_num(row.get("reopen_idle_min_s")),
-        reopen_idle_max_s=_num(row.get("reopen_idle_max_s")),
-        closes_broker_drop=int(row.get("closes_broker_drop") or 0),
-        connects_failed=int(row.get("connects_failed") or 0),
-        connects_refused=int(row.get("connects_refused") or 0),
-        short_lived=int(row.get("short_lived") or 0),
-        lifetime_avg_s=_num(row.get("lifetime_avg_s")),
-        lifetime_max_s=_num(row.get("lifetime_max_s")),
-        last_event_time=iso(row.get("last_event_s")),
-        fds_open=fds[0] if fds else None,
-        fds_limit=fds[1] if fds else None,
-    )
+_SIDE, _HOST, _APP, _BROKER = (SLOT[f] for f in ("side", "host", "app", "broker"))
 
 
 def to_aggregates(
-    rows: Iterable[Mapping[str, Any]], window_s: float
+    windows: Iterable[Window], window_s: float
 ) -> tuple[list[Aggregate], dict[tuple[str, str], float]]:
     """Series aggregates, and host failed-connect rates keyed by (host, window_start). The
     rates become host-level series of their own: they say nothing about any one pair."""
     series: list[Aggregate] = []
     host_rates: dict[tuple[str, str], float] = {}
-    for row in rows:
-        if row.get("side") is None:  # the host-level heartbeat group
-            rate = _attempt_fails_per_min(row)
+    for w in windows:
+        if w[_SIDE] is None:  # the host-level heartbeat group
+            rate = _attempt_fails_per_min(w)
             if rate is not None:
-                host_rates[(row["host"], iso(row["window_start_s"]))] = rate
-        elif row.get("app") is not None and row.get("broker") is not None:
-            series.append(to_aggregate(row, window_s))
+                host_rates[(w[_HOST], iso(w[_START]))] = rate
+        elif w[_APP] is not None and w[_BROKER] is not None:
+            series.append(to_aggregate(w, window_s))
     return series, host_rates

@@ -14,8 +14,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from streaming.detectors.config import DetectorConfig
 from streaming.job import parse, partial_rows
-from streaming.job.open_windows import OpenWindows, window_key
+from streaming.job.open_windows import WINDOW_FIELDS, OpenWindows, flat_col, window_key
 from streaming.job.pipeline import replay
+from streaming.job.records import to_aggregate
 from streaming.schema.status import DEADLETTER_REASONS
 from streaming.schema.times import iso
 
@@ -93,15 +94,16 @@ def test_valid_events_pass_and_old_events_are_out_of_range(spark):
 
 
 def _window_rows(spark, lines: list[str], batches: int = 1) -> list[dict]:
-    """Finished window rows after the lines went through ``batches`` micro-batches (every
-    ``batches``-th line in each, so each window gets partial rows from every batch)."""
+    """The windows' slots by field name after the lines went through ``batches`` micro-batches
+    (every ``batches``-th line in each, so each window gets partial rows from every batch)."""
     cfg = DetectorConfig()
     state = OpenWindows(cfg.window_s, watermark_s=1e9)  # nothing is late or evicted here
     rows: dict[str, dict] = {}
     for b in range(batches):
         decoded = parse.Decoder(None, None).judge(_raw(spark, lines[b::batches]))
         parts = [r.asDict() for r in partial_rows.PartialRows(cfg)(decoded).collect()]
-        rows.update({window_key(r): r for r in state.apply(parts).rows})
+        windows = [dict(zip(WINDOW_FIELDS, w, strict=True)) for w in state.apply(parts).windows]
+        rows.update({window_key(r): r for r in windows})
     return sorted(rows.values(), key=lambda r: (r["window_start_s"], window_key(r)))
 
 
@@ -112,9 +114,9 @@ def test_window_aggregates_of_a_close_wait_leak(spark):
             r["window_start_s"] - gen.RECORDED_START,
             r["opens"],
             r["closes_peer"],
-            (r["st_close_wait"] or {}).get("count"),
-            (r["st_close_wait"] or {}).get("oldest_state_age_s"),
-            r["st_established"]["count"],
+            r[flat_col("CLOSE_WAIT", "count")],
+            r[flat_col("CLOSE_WAIT", "oldest_state_age_s")],
+            r[flat_col("ESTABLISHED", "count")],
         )
         for r in _window_rows(spark, lines)
         if r["side"] == "client" and r["broker"] == "2"
@@ -189,8 +191,9 @@ def test_close_wait_slope_matches_a_least_squares_fit(spark):
     ]
     (row,) = [r for r in _window_rows(spark, lines) if r["host"] == "slope-1"]
     fit = statistics.linear_regression([t for t, _ in points], [float(n) for _, n in points])
-    assert row["close_wait_slope_per_s"] == pytest.approx(fit.slope, rel=1e-9)
-    assert row["st_close_wait"]["count"] == 7
+    agg = to_aggregate([row[f] for f in WINDOW_FIELDS], DetectorConfig().window_s)
+    assert agg.close_wait_slope_per_s == pytest.approx(fit.slope, rel=1e-9)
+    assert agg.close_wait_count == 7
 
 
 def test_the_window_aggregation_is_a_code_generated_hash_aggregate(spark):

@@ -94,7 +94,7 @@ def test_a_fast_host_does_not_close_the_fleets_current_window():
     bounded = OpenWindows(60, 120)
     bounded.apply([_part("fast", start + 180, now + 180), _part("ok", start, now)], bound=now)
     res = bounded.apply([_part("ok", start, now + 5)], bound=now + 5)
-    assert res.late == 0 and len(res.rows) == 1
+    assert res.late == 0 and len(res.windows) == 1
     # the same rows without the bound (a replay): the healthy host's window is late
     unbounded = OpenWindows(60, 120)
     unbounded.apply([_part("fast", start + 180, now + 180), _part("ok", start, now)])

@@ -18,6 +18,7 @@ from streaming.job.open_windows import (
     new_window,
 )
 from streaming.job.records import to_aggregate
+from streaming.schema.times import iso
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
 
@@ -58,15 +59,17 @@ def test_merge_adds_counts_and_keeps_extremes_and_the_newest_summary():
     b = part(events=4, opens=1, lifetime_sum_s=2.0, lifetime_n=2, lifetime_max_s=1.5,
              hb_t_first=T0 + 2, hb_fails_first=8, hb_t_last=T0 + 50, hb_fails_last=20,
              last_event_s=T0 + 55, **cw(T0 + 20, 9, 500.0, (900, 4096)))  # fmt: skip
-    (row,) = ws.apply([a, b]).rows
+    (window,) = ws.apply([a, b]).windows
+    row = dict(zip(WINDOW_FIELDS, window, strict=True))
     assert (row["events"], row["opens"], row["lifetime_max_s"]) == (9, 3, 7.0)
-    assert row["lifetime_avg_s"] == 3.0  # (10 + 2) / 4
+    agg = to_aggregate(window, 60.0)
+    assert agg.lifetime_avg_s == 3.0  # (10 + 2) / 4
     # The newest summary whole: its fd pair too, though the older one has more open.
-    assert row["st_close_wait"] == {
-        "t": T0 + 30, "count": 3, "oldest_state_age_s": 100.0, "fds_open": 40, "fds_limit": 1024
-    }  # fmt: skip
+    assert row[flat_col("CLOSE_WAIT", "t")] == T0 + 30
+    assert (agg.close_wait_count, agg.close_wait_oldest_age_s) == (3, 100.0)
+    assert (agg.fds_open, agg.fds_limit) == (40, 1024)
     assert (row["hb_fails_first"], row["hb_fails_last"]) == (8, 20)
-    assert (row["window_end_s"], row["last_event_s"]) == (T0 + 60, T0 + 55)
+    assert (agg.window_end, agg.last_event_time) == (iso(T0 + 60), iso(T0 + 55))
 
 
 def test_the_duplicate_connection_comes_from_the_newest_established_summary():
@@ -76,10 +79,11 @@ def test_the_duplicate_connection_comes_from_the_newest_established_summary():
         flat_col("ESTABLISHED", "count"): 2,
         flat_col("ESTABLISHED", "dup_conn"): conn,
     }
-    (row,) = ws.apply([part(**est(T0 + 40, "a->b")), part(**est(T0 + 10, None))]).rows
-    assert row["st_established"]["dup_conn"] == "a->b"
-    (row,) = ws.apply([part(**est(T0 + 50, None))]).rows
-    assert row["st_established"]["dup_conn"] is None
+    dup_conn = WINDOW_FIELDS.index(flat_col("ESTABLISHED", "dup_conn"))
+    (window,) = ws.apply([part(**est(T0 + 40, "a->b")), part(**est(T0 + 10, None))]).windows
+    assert window[dup_conn] == "a->b"
+    (window,) = ws.apply([part(**est(T0 + 50, None))]).windows
+    assert window[dup_conn] is None
 
 
 def test_the_aggregate_takes_the_fds_of_the_process_nearest_its_limit():
@@ -91,15 +95,17 @@ def test_the_aggregate_takes_the_fds_of_the_process_nearest_its_limit():
         flat_col("ESTABLISHED", "fds_open"): 900,
         flat_col("ESTABLISHED", "fds_limit"): 65536,
     }
-    (row,) = OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0, (200, 256)))]).rows
+    (row,) = (
+        OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0, (200, 256)))]).windows
+    )
     a = to_aggregate(row, 60.0)
     assert (a.fds_open, a.fds_limit) == (200, 256)
-    (row,) = OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0))]).rows
+    (row,) = OpenWindows(60.0, 120.0).apply([part(**est, **cw(T0 + 30, 3, 90.0))]).windows
     a = to_aggregate(row, 60.0)
     assert (a.fds_open, a.fds_limit) == (900, 65536)
     # A CLOSE_WAIT summary of an older tick is not current: its pair is not used.
     stale = {**cw(T0 + 5, 3, 90.0, (250, 256)), "summary_last_t": T0 + 30}
-    (row,) = OpenWindows(60.0, 120.0).apply([part(**stale, **est)]).rows
+    (row,) = OpenWindows(60.0, 120.0).apply([part(**stale, **est)]).windows
     a = to_aggregate(row, 60.0)
     assert (a.fds_open, a.fds_limit, a.close_wait_count) == (900, 65536, 0)
 
@@ -116,7 +122,7 @@ def test_events_of_a_closed_window_are_late_and_counted():
     )
     assert second.watermark_s == T0 + 530
     assert second.late == 7
-    assert [r["window_start_s"] for r in second.rows] == [T0 + 480]
+    assert [w[WINDOW_FIELDS.index("window_start_s")] for w in second.windows] == [T0 + 480]
 
 
 def test_windows_closed_by_the_new_watermark_are_evicted():
@@ -134,7 +140,7 @@ def test_state_round_trips_through_json():
     again = OpenWindows(60.0, 120.0)
     again.load_state(json.loads(json.dumps(ws.to_state())))
     more = [part(**cw(T0 + 15, 2, 15.0))]
-    assert again.apply(more).rows == ws.apply(more).rows
+    assert again.apply(more).windows == ws.apply(more).windows
 
 
 def _batches() -> list[list[dict]]:
@@ -213,14 +219,14 @@ def test_a_window_is_named_by_the_library_its_identified_events_carry():
                 client_library_evidence="loaded",
             ),
         ]
-    ).rows
+    ).windows
     agg = to_aggregate(rows[0], 60.0)
     assert (agg.client_library, agg.client_version) == ("sarama", "1.43.2")
     assert agg.client_library_evidence == "loaded"
     assert agg.to_dict()["client_library"] == "sarama"
     restored = OpenWindows(window_s=60, watermark_s=30)
     restored.load_state(json.loads(json.dumps(ow.to_state())))
-    again = restored.apply([part(events=1, last_event_s=T0 + 2)]).rows
+    again = restored.apply([part(events=1, last_event_s=T0 + 2)]).windows
     assert to_aggregate(again[0], 60.0).client_library == "sarama"
 
 

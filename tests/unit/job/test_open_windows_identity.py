@@ -46,9 +46,9 @@ def identity(rows: list[dict], batches: int = 1) -> tuple:
         ws = OpenWindows(60.0, 120.0)
         if state is not None:
             ws.load_state(json.loads(json.dumps(state)))
-        (row,) = ws.apply(rows[i : i + size]).rows
+        (window,) = ws.apply(rows[i : i + size]).windows
         state = ws.to_state()
-    return tuple(row[f] for f in IDENTITY)
+    return tuple(window[WINDOW_FIELDS.index(f)] for f in IDENTITY)
 
 
 def every_order(rows: list[dict]) -> set[tuple]:
@@ -135,7 +135,7 @@ def test_many_candidates_give_one_answer_whatever_the_order_and_batches():
 
 def test_the_finished_window_and_its_aggregate_carry_the_chosen_pair():
     ws = OpenWindows(60.0, 120.0)
-    (row,) = ws.apply([part(*JAVA_RUNTIME), part(*RDKAFKA), part()]).rows
+    (row,) = ws.apply([part(*JAVA_RUNTIME), part(*RDKAFKA), part()]).windows
     agg = to_aggregate(row, 60.0)
     assert (agg.client_library, agg.client_version) == ("librdkafka", "2.6.0")
     assert (agg.client_library_evidence, agg.process_role) == ("loaded", None)
@@ -169,6 +169,7 @@ def test_a_window_saved_by_the_field_by_field_merge_still_loads_and_merges(layou
     }
     restored = OpenWindows(60.0, 120.0)
     restored.load_state(json.loads(json.dumps(saved)))
-    (merged,) = restored.apply([part(*RDKAFKA, t=6)]).rows
+    (window,) = restored.apply([part(*RDKAFKA, t=6)]).windows
+    merged = dict(zip(WINDOW_FIELDS, window, strict=True))
     assert tuple(merged[f] for f in IDENTITY) == RDKAFKA  # loaded beats runtime, whole
     assert merged["events"] == 5
