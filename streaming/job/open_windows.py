@@ -138,23 +138,20 @@ _SERIES_AT = tuple(SLOT[f] for f in SERIES)
 _MAX_AT = tuple((SLOT[f], f) for f in MAX_FIELDS)
 _MIN_AT = tuple((SLOT[f], f) for f in MIN_FIELDS)
 _SUM_AT = tuple((SLOT[f], f) for f in SUM_FIELDS)
-_COPIED_AT = tuple((SLOT[f], f) for f in _COPIED)
+_KEY_AT = tuple(SLOT[f] for f in ("window_start_s", *SERIES))
 _ID = slice(SLOT[IDENTITY_FIELDS[0]], SLOT[IDENTITY_FIELDS[-1]] + 1)
 assert WINDOW_FIELDS[_ID] == IDENTITY_FIELDS  # adjacent slots: merged as one value
 _LIBRARY = _ID.start
 # Per state: its flat columns in a partial row and their slots in a window. A state's latest
 # summary is taken as a whole.
 _STATE_AT = tuple((cols, tuple(SLOT[c] for c in cols)) for _st, _names, cols in _STATE_COLS)
+assert all(at == tuple(range(at[0], at[-1] + 1)) for _cols, at in _STATE_AT)  # adjacent slots
 # (value position, its time's position, the partial row's fields, newest?)
 _HB_AT = tuple((SLOT[f], SLOT[f"_{f}_t"], f, t, newest) for f, t, newest in HB_BY_TIME)
 
 
 def _max(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else max(a, b)
-
-
-def _min(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else min(a, b)
 
 
 # Evidence, strongest first (``clients.LIBRARY_EVIDENCE``); null (an agent that does not say,
@@ -208,69 +205,87 @@ def _rank(values: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is not None, v if v is not None else 0) for v in values)
 
 
+# How merging treats each field a partial row carries, by name: (rule, slot, what else it
+# needs). The series fields and a summary's fields other than its time have no rule of their
+# own (a summary is taken whole, by its time).
+_SUM, _MAX, _MIN, _SUMMARY, _BY_TIME, _IDENTITY = range(6)
+_RULES: dict[str, list[tuple[int, int, Any]]] = {}
+for _i, _f in _SUM_AT:
+    _RULES.setdefault(_f, []).append((_SUM, _i, None))
+for _i, _f in _MAX_AT:
+    _RULES.setdefault(_f, []).append((_MAX, _i, None))
+for _i, _f in _MIN_AT:
+    _RULES.setdefault(_f, []).append((_MIN, _i, None))
+for _cols, _at in _STATE_AT:
+    _RULES.setdefault(_cols[0], []).append((_SUMMARY, _at[0], (_cols, _at)))
+for _i, _it, _f, _t, _newest in _HB_AT:
+    _RULES.setdefault(_t, []).append((_BY_TIME, _it, (_i, _f, _newest)))
+for _f in IDENTITY_FIELDS:
+    _RULES.setdefault(_f, []).append((_IDENTITY, 0, None))
+_RULE_LIST = {f: tuple(rules) for f, rules in _RULES.items()}
+# A window no partial row was merged into: every sum at 0, every other slot null.
+_EMPTY = [None] * len(WINDOW_FIELDS)
+for _i, _f in _SUM_AT:
+    _EMPTY[_i] = 0
+
+
 def empty_window() -> list[Any]:
     """A window no partial row was merged into."""
-    return [None] * len(WINDOW_FIELDS)
+    return list(_EMPTY)
 
 
 def merge(into: list[Any], part: Mapping[str, Any]) -> None:
-    """Merge partial ``part`` into the window ``into`` (same window and series), in place."""
+    """Merge partial ``part`` into the window ``into`` (same window and series), in place.
+    Driven by the fields the row has (the ingest query leaves nulls out of its JSON): sums
+    add, maxima and minima keep the extreme, a state's latest summary is taken whole by its
+    time, a heartbeat counter by its time, the library identity by ``identity_rank``."""
     get = part.get
-    for i, f in _MAX_AT:
-        into[i] = _max(into[i], get(f))
-    library = get("client_library")
-    mine = into[_LIBRARY]
+    identity = False
+    for f, v in part.items():
+        if v is None or (rules := _RULE_LIST.get(f)) is None:
+            continue
+        for rule, i, extra in rules:
+            if rule == _SUM:
+                if v:
+                    into[i] += v
+            elif rule == _MAX:
+                if (mine := into[i]) is None or v > mine:
+                    into[i] = v
+            elif rule == _MIN:
+                if (mine := into[i]) is None or v < mine:
+                    into[i] = v
+            elif rule == _SUMMARY:
+                cols, at = extra
+                ours = tuple(into[j] for j in at)
+                theirs = tuple(get(c) for c in cols)
+                if ours[0] is None or (v, _rank(theirs)) > (ours[0], _rank(ours)):
+                    into[at[0] : at[-1] + 1] = theirs
+            elif rule == _BY_TIME:
+                at_value, name, newest = extra
+                mine_t = into[i]
+                if (
+                    mine_t is None
+                    or (v > mine_t if newest else v < mine_t)
+                    or (v == mine_t and _rank((get(name),)) > _rank((into[at_value],)))
+                ):
+                    into[at_value], into[i] = get(name), v
+            else:
+                identity = True
     # Most rows carry the window's identity, or none next to a known one.
-    if library is not None or mine is None or mine == UNKNOWN_LIBRARY:
-        theirs = [
-            library,
-            get("client_version"),
-            get("client_library_evidence"),
-            get("process_role"),
-        ]
+    mine = into[_LIBRARY]
+    if identity and (get("client_library") is not None or mine is None or mine == UNKNOWN_LIBRARY):
+        theirs = [get(f) for f in IDENTITY_FIELDS]
         if theirs != (ours := into[_ID]) and identity_rank(*theirs) > identity_rank(*ours):
             into[_ID] = theirs
-    for i, f in _MIN_AT:
-        into[i] = _min(into[i], get(f))
-    for i, f in _SUM_AT:
-        into[i] = (into[i] or 0) + (get(f) or 0)
-    for cols, at in _STATE_AT:
-        if get(cols[0]) is None:
-            continue
-        mine = tuple(into[i] for i in at)
-        theirs = tuple(get(c) for c in cols)
-        if mine[0] is None or (theirs[0], _rank(theirs)) > (mine[0], _rank(mine)):
-            for i, v in zip(at, theirs, strict=True):
-                into[i] = v
-    for i, it, f, t, newest in _HB_AT:
-        mine_t, theirs_t = into[it], get(t)
-        if theirs_t is None:
-            continue
-        better = (
-            mine_t is None
-            or (theirs_t > mine_t if newest else theirs_t < mine_t)
-            or (theirs_t == mine_t and _rank((get(f),)) > _rank((into[i],)))
-        )
-        if better:
-            into[i], into[it] = get(f), theirs_t
 
 
 def new_window(part: Mapping[str, Any]) -> list[Any]:
-    """An open window started from its first partial row: ``merge`` into an empty window,
-    spelled out (most partial rows of a batch open a window)."""
-    get = part.get
-    w = empty_window()
-    for i, f in _COPIED_AT:
-        w[i] = get(f)
-    for i, f in _SUM_AT:
-        w[i] = get(f) or 0
-    for cols, at in _STATE_AT:
-        if get(cols[0]) is not None:
-            for i, c in zip(at, cols, strict=True):
-                w[i] = get(c)
-    for i, it, f, t, _newest in _HB_AT:
-        if get(t) is not None:
-            w[i], w[it] = get(f), part[t]
+    """An open window started from its first partial row: its key's fields, and the row
+    merged into an empty window."""
+    w = list(_EMPTY)
+    for i in _KEY_AT:
+        w[i] = part.get(WINDOW_FIELDS[i])
+    merge(w, part)
     return w
 
 
@@ -388,5 +403,9 @@ class OpenWindows:
         if fields != WINDOW_FIELDS:  # saved by a version with other fields: by name
             at = {f: i for i, f in enumerate(fields)}
             rows = [[row[at[f]] if f in at else None for f in WINDOW_FIELDS] for row in rows]
+            for row in rows:  # a counter that version did not keep counted nothing
+                for i, _f in _SUM_AT:
+                    if row[i] is None:
+                        row[i] = 0
         self.open = dict(zip(state["open_keys"], rows, strict=True))
         self.max_event_s = state["max_event_s"]

@@ -235,13 +235,23 @@ def test_windows_saved_under_another_field_list_are_restored_by_name():
     for b in _batches()[:6]:
         ws.apply(b)
     state = ws.to_state()
-    # Another version's list: other order, a field it did not have, one this version lacks.
-    fields = sorted(f for f in WINDOW_FIELDS if f != "hb_t_first") + ["gone"]
+    # Another version's list: other order, fields it did not have (a minimum, a counter), one
+    # this version lacks.
+    new = ("hb_t_first", "closes_peer")
+    fields = sorted(f for f in WINDOW_FIELDS if f not in new) + ["gone"]
     at = {f: i for i, f in enumerate(WINDOW_FIELDS)}
     rows = [[None if f == "gone" else row[at[f]] for f in fields] for row in state["open_rows"]]
     old = json.loads(json.dumps(state | {"open_fields": fields, "open_rows": rows}))
     restored = OpenWindows(60.0, 120.0)
     restored.load_state(old)
-    lost = WINDOW_FIELDS.index("hb_t_first")
-    expected = {k: [None if i == lost else v for i, v in enumerate(w)] for k, w in ws.open.items()}
+    lost, uncounted = WINDOW_FIELDS.index("hb_t_first"), WINDOW_FIELDS.index("closes_peer")
+    expected = {
+        k: [None if i == lost else 0 if i == uncounted else v for i, v in enumerate(w)]
+        for k, w in ws.open.items()
+    }
     assert restored.open == expected and len(expected) > 5
+    # The counter it did not keep counts on from 0.
+    key, window = next(iter(restored.open.items()))
+    start, host = window[WINDOW_FIELDS.index("window_start_s")], window[WINDOW_FIELDS.index("host")]
+    (merged,) = restored.apply([part(start, host, closes_peer=2, last_event_s=start + 2)]).windows
+    assert merged[uncounted] == 2
