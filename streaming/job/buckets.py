@@ -234,7 +234,7 @@ class Bucket:
         firing = t.firing_series()
         quiet = sorted(
             (s for s in t.history if s not in firing),
-            key=lambda s: (t.history[s][-1].window_end, s),
+            key=lambda s: (t.history.newest_end(s), s),
         )[:over]
         gone = set(quiet)
         t.forget(gone)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from streaming.job.open_windows import SLOT, SUM_FIELDS, SUMMARY_STATES, flat_col
@@ -53,6 +54,9 @@ _NUMBERS = tuple(
     (f, SLOT[f])
     for f in ("idle_at_close_max_s", "reopen_idle_min_s", "reopen_idle_max_s", "lifetime_max_s")
 )
+_COPIED_NAMES, _copied = tuple(f for f, _i in _COPIED), itemgetter(*(i for _f, i in _COPIED))
+_COUNT_NAMES, _counts = tuple(f for f, _i in _COUNTS), itemgetter(*(i for _f, i in _COUNTS))
+_NUMBER_NAMES, _numbers = tuple(f for f, _i in _NUMBERS), itemgetter(*(i for _f, i in _NUMBERS))
 # Per summary state: its time's slot and its count's slot.
 _STATES = tuple((st, _at(st, "t"), _at(st, "count")) for st in SUMMARY_STATES)
 _START, _LAST_EVENT = SLOT["window_start_s"], SLOT["last_event_s"]
@@ -112,9 +116,9 @@ def _slope(n: int, st: float, sn: float, stt: float, stn: float) -> float | None
 def to_aggregate(w: Window, window_s: float) -> Aggregate:
     """One window of a series as an ``Aggregate``."""
     sockets = _current_states(w)
-    d: dict[str, Any] = {f: w[i] for f, i in _COPIED}
-    d.update((f, int(w[i] or 0)) for f, i in _COUNTS)
-    d.update((f, _num(w[i])) for f, i in _NUMBERS)
+    d: dict[str, Any] = dict(zip(_COPIED_NAMES, _copied(w), strict=True))
+    d.update(zip(_COUNT_NAMES, [int(v or 0) for v in _counts(w)], strict=True))
+    d.update(zip(_NUMBER_NAMES, [_num(v) for v in _numbers(w)], strict=True))
     start = w[_START]
     d["window_start"], d["window_end"], d["window_s"] = iso(start), iso(start + window_s), window_s
     d["sockets"] = sockets

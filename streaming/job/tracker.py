@@ -31,7 +31,6 @@ import copy
 import dataclasses
 import functools
 import heapq
-import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -44,44 +43,13 @@ from streaming.detectors import (
 )
 from streaming.detectors.changes import change
 from streaming.detectors.config import DetectorConfig
-from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, SERIES_FIELDS, Aggregate
+from streaming.job.history import HISTORY_FIELDS, History
+from streaming.schema.aggregates import CONNMON_APPS, HOST_SERIES, Aggregate
 from streaming.schema.clients import IDENTITY_FIELDS
 from streaming.schema.findings import SEVERITIES, Finding, finding_key, finding_key_tail
 from streaming.schema.times import epoch, iso
 
 HOST_APP = HOST_SERIES  # app and broker of the host-level series (heartbeat counters only)
-# What detectors read from a series' earlier windows (idle_churn, the CLOSE_WAIT trend), the
-# library a later window may carry forward, plus identity; the checkpointed history keeps only
-# these.
-HISTORY_FIELDS = (
-    *SERIES_FIELDS,
-    "window_start",
-    "window_end",
-    "window_s",
-    "opens",
-    "closes_after_idle",
-    "closes_after_idle_local",
-    "closes_after_idle_peer",
-    "idle_at_close_max_s",
-    "close_wait_count",
-    "reopens_after_idle",
-    "reopen_idle_min_s",
-    "reopen_idle_max_s",
-    "closes_broker_drop",
-    # What tells a reconnect burst from recovery after a pause or an outage, and the counts a
-    # storm's rates take from the window before (connection_storm).
-    "paused_processes",
-    "connects_failed",
-    "connects_refused",
-    "short_lived",
-    "closes_local",
-    "closes_peer",
-    "closes_unknown",
-    "syn_sent_count",
-    # The fd count's own trend (close_wait_buildup's time to fd exhaustion).
-    "fds_open",
-    *IDENTITY_FIELDS,
-)
 
 
 @dataclasses.dataclass
@@ -96,7 +64,7 @@ class Tracker:
     def __init__(self, cfg: DetectorConfig, clock: Callable[[Aggregate], str]) -> None:
         self.cfg = cfg
         self.clock = clock  # updated_at for a record about this window
-        self.history: dict[str, list[Aggregate]] = {}
+        self.history = History()
         # series -> window_start -> kind -> highest severity it held at in that window
         self.held: dict[str, dict[str, dict[str, str]]] = {}
         self.findings: dict[str, Finding] = {}  # firing only: the last published record
@@ -114,7 +82,7 @@ class Tracker:
         """JSON-ready state. History keeps only what detectors read from earlier windows."""
         return {
             "history_fields": list(HISTORY_FIELDS),
-            "history": {s: _rows(ws) for s, ws in self.history.items()},
+            "history": self.history.rows(),
             "held": self.held,
             "findings": {k: f.to_dict() for k, f in self.findings.items()},
             "max_window_end": self.max_window_end,
@@ -122,15 +90,11 @@ class Tracker:
 
     def load_state(self, state: dict[str, Any]) -> None:
         """The state ``to_state`` saved."""
-        names = state["history_fields"]
-        self.history = {
-            s: [Aggregate.from_fields(names, row) for row in rows]
-            for s, rows in state["history"].items()
-        }
+        self.history.load(state["history_fields"], state["history"])
         self.held = {s: {w: _held(h) for w, h in ws.items()} for s, ws in state["held"].items()}
         self.findings = {k: Finding.from_dict(f) for k, f in state["findings"].items()}
         self.max_window_end = state["max_window_end"]
-        self._stale_end = {s: epoch(ws[-1].window_end) for s, ws in self.history.items()}
+        self._stale_end = {s: epoch(self.history.newest_end(s)) for s in self.history}
         self._stale_heap = [(end, s) for s, end in self._stale_end.items()]
         heapq.heapify(self._stale_heap)
         self._expire_heap = []
@@ -147,7 +111,7 @@ class Tracker:
     def forget(self, series: set[str]) -> None:
         """Drop ``series``' history as if they had expired (their firing findings stay)."""
         for s in series:
-            self.history.pop(s, None)
+            self.history.pop(s)
             self.held.pop(s, None)
             self._stale_end.pop(s, None)
 
@@ -335,12 +299,14 @@ class Tracker:
         """Forget series whose newest window is older than the horizon."""
         while horizon is not None and self._expire_heap and self._expire_heap[0][0] < horizon:
             end, series = heapq.heappop(self._expire_heap)
-            ws = self.history.get(series)
-            if ws and epoch(ws[-1].window_end) == end:
+            if series in self.history and epoch(self.history.newest_end(series)) == end:
                 self._prune_series(series, horizon)
 
     def _prune_series(self, series: str, horizon: float | None) -> None:
         if horizon is None or series not in self.history:
+            return
+        if epoch(self.history.newest_end(series)) < horizon:
+            self.forget({series})  # every window ended before it: nothing is kept
             return
         ws = self.history[series]
         # The two newest windows always (resolution looks one back); older ones only if a
@@ -368,7 +334,6 @@ class Tracker:
             self.forget({series})
 
 
-_history_values = operator.attrgetter(*HISTORY_FIELDS)
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 _NOTHING: dict[str, str] = {}
 
@@ -396,7 +361,3 @@ def _starts_back(start: str, window_s: float, n: int) -> tuple[str, ...]:
     windows, so this is cached)."""
     t = epoch(start)
     return tuple(iso(t - i * window_s) for i in range(n))
-
-
-def _rows(ws: list[Aggregate]) -> list[tuple[Any, ...]]:
-    return [_history_values(a) for a in ws]
