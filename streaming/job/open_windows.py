@@ -256,10 +256,13 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
                     into[i] = v
             elif rule == _SUMMARY:
                 cols, at = extra
-                ours = tuple(into[j] for j in at)
-                theirs = tuple(get(c) for c in cols)
-                if ours[0] is None or (v, _rank(theirs)) > (ours[0], _rank(ours)):
-                    into[at[0] : at[-1] + 1] = theirs
+                mine = into[i]
+                if mine is None or v > mine:
+                    into[at[0] : at[-1] + 1] = [get(c) for c in cols]
+                elif v == mine:  # equal times: the larger values, so the order does not matter
+                    theirs = tuple(get(c) for c in cols)
+                    if _rank(theirs) > _rank(tuple(into[at[0] : at[-1] + 1])):
+                        into[at[0] : at[-1] + 1] = theirs
             elif rule == _BY_TIME:
                 at_value, name, newest = extra
                 mine_t = into[i]
@@ -294,7 +297,11 @@ _KEY_FIELDS = ("window_start_s", *SERIES)
 
 def window_key(part: Mapping[str, Any]) -> str:
     """JSON-safe key of a (window, series)."""
-    return "|".join(key_part("" if (v := part.get(k)) is None else str(v)) for k in _KEY_FIELDS)
+    values = ["" if (v := part.get(k)) is None else str(v) for k in _KEY_FIELDS]
+    key = "|".join(values)
+    if "%" in key or key.count("|") != len(values) - 1:  # a name to escape: seldom
+        key = "|".join(map(key_part, values))
+    return key
 
 
 @dataclass

@@ -309,6 +309,8 @@ class Tracker:
             self.forget({series})  # every window ended before it: nothing is kept
             return
         ws = self.history[series]
+        if len(ws) <= 2 and epoch(ws[0].window_end) >= horizon:
+            return  # the usual case: nothing to prune
         # The two newest windows always (resolution looks one back); older ones only if a
         # detector can still use them: re-opens and idle closes (idle_churn), CLOSE_WAIT (trend).
         keep = [

@@ -53,7 +53,10 @@ def series_key(
     parts = [side, host, app, cluster or "", broker]
     if side == "broker":
         parts.append(peer_host or "")
-    return "|".join(key_part(p) for p in parts)
+    key = "|".join(parts)
+    if "%" in key or key.count("|") != len(parts) - 1:  # a name to escape: seldom
+        key = "|".join(map(key_part, parts))
+    return key
 
 
 def client_id(side: str, host: str, app: str, peer_host: str | None) -> str:
