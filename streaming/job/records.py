@@ -64,23 +64,33 @@ _SUMMARY_T, _SUMMARY_EVERY = SLOT["summary_last_t"], SLOT["summary_interval_s"]
 _CW = tuple(SLOT[f] for f in ("cw_n", "cw_st", "cw_sn", "cw_stt", "cw_stn"))
 _LIFETIME_SUM, _LIFETIME_N = SLOT["lifetime_sum_s"], SLOT["lifetime_n"]
 _EST = "ESTABLISHED"
-# ESTABLISHED's detail: (aggregate field, slot, kind) with kind "n" a number that may be
-# absent, "i" a count (null as 0), "=" as it is.
-_EST_DETAIL = tuple(
-    (f, _at(_EST, name), kind)
-    for f, name, kind in (
-        ("max_idle_s", "max_idle_s", "n"),
-        ("established_processes", "processes", "="),
-        ("established_max_per_process", "max_per_process", "="),
-        ("dup_processes", "dup_processes", "i"),
-        ("dup_max_idle_s", "dup_max_idle_s", "n"),
-        ("dup_conn", "dup_conn", "="),
-        ("dup_unused_processes", "dup_unused_processes", "i"),
-        ("dup_used_max_idle_s", "dup_used_max_idle_s", "n"),
-        ("dup_used_active_idle_s", "dup_used_active_idle_s", "n"),
-    )
+# ESTABLISHED's detail, taken from its current summary: numbers that may be absent, counts
+# (null as 0), values as they are.
+_EST_NUMBERS = (
+    ("max_idle_s", "max_idle_s"),
+    ("dup_max_idle_s", "dup_max_idle_s"),
+    ("dup_used_max_idle_s", "dup_used_max_idle_s"),
+    ("dup_used_active_idle_s", "dup_used_active_idle_s"),
 )
-_EST_ABSENT = {f: (0 if kind == "i" else None) for f, _i, kind in _EST_DETAIL}
+_EST_COUNTS = (
+    ("dup_processes", "dup_processes"),
+    ("dup_unused_processes", "dup_unused_processes"),
+)
+_EST_AS_IS = (
+    ("established_processes", "processes"),
+    ("established_max_per_process", "max_per_process"),
+    ("dup_conn", "dup_conn"),
+)
+_EST_ABSENT = {
+    **dict.fromkeys((f for f, _n in (*_EST_NUMBERS, *_EST_AS_IS)), None),
+    **dict.fromkeys((f for f, _n in _EST_COUNTS), 0),
+}
+_est_numbers = itemgetter(*(_at(_EST, n) for _f, n in _EST_NUMBERS))
+_est_counts = itemgetter(*(_at(_EST, n) for _f, n in _EST_COUNTS))
+_est_as_is = itemgetter(*(_at(_EST, n) for _f, n in _EST_AS_IS))
+_EST_NUMBER_NAMES = tuple(f for f, _n in _EST_NUMBERS)
+_EST_COUNT_NAMES = tuple(f for f, _n in _EST_COUNTS)
+_EST_AS_IS_NAMES = tuple(f for f, _n in _EST_AS_IS)
 _CW_AGE = _at("CLOSE_WAIT", "oldest_state_age_s")
 # Each state whose summaries carry the fd pair: (state, open's slot, limit's slot).
 _FDS = tuple((st, _at(st, "fds_open"), _at(st, "fds_limit")) for st in (_EST, "CLOSE_WAIT"))
@@ -123,9 +133,9 @@ def to_aggregate(w: Window, window_s: float) -> Aggregate:
     d["window_start"], d["window_end"], d["window_s"] = iso(start), iso(start + window_s), window_s
     d["sockets"] = sockets
     if _EST in sockets:
-        for f, i, kind in _EST_DETAIL:
-            v = w[i]
-            d[f] = _num(v) if kind == "n" else int(v or 0) if kind == "i" else v
+        d.update(zip(_EST_NUMBER_NAMES, [_num(v) for v in _est_numbers(w)], strict=True))
+        d.update(zip(_EST_COUNT_NAMES, [int(v or 0) for v in _est_counts(w)], strict=True))
+        d.update(zip(_EST_AS_IS_NAMES, _est_as_is(w), strict=True))
     else:
         d.update(_EST_ABSENT)
     d["close_wait_count"] = sockets.get("CLOSE_WAIT", 0)
@@ -137,13 +147,13 @@ def to_aggregate(w: Window, window_s: float) -> Aggregate:
     n = w[_LIFETIME_N] or 0
     d["lifetime_avg_s"] = _num(w[_LIFETIME_SUM] / n) if n else None
     d["last_event_time"] = iso(w[_LAST_EVENT])
-    fds = nearest_limit(
+    pairs = [
         (int(w[o]), int(w[lim]))
         for st, o, lim in _FDS
         if st in sockets and w[o] is not None and w[lim]
-    )
-    d["fds_open"], d["fds_limit"] = fds if fds else (None, None)
-    return Aggregate.from_fields(tuple(d), d.values())
+    ]
+    d["fds_open"], d["fds_limit"] = nearest_limit(pairs) if pairs else (None, None)
+    return Aggregate.adopt(d)
 
 
 def _attempt_fails_per_min(w: Window) -> float | None:

@@ -175,6 +175,18 @@ class Aggregate:
         d.update(zip(names, values, strict=True))
         return a
 
+    @classmethod
+    def adopt(cls, fields: dict[str, Any]) -> Aggregate:
+        """An aggregate whose attributes are the dict ``fields`` itself (not copied: the
+        caller hands it over): ``from_fields`` for a dict built to be one. Keys must be fields
+        of ``Aggregate``, the required ones among them; the others read as their defaults."""
+        a = cls.__new__(cls)
+        for name, factory in _FACTORIES:
+            if name not in fields:
+                fields[name] = factory()
+        a.__dict__ = fields
+        return a
+
     def covered_s(self) -> float:
         """Seconds of the window the series' events have reached so far: from its start to the
         newest event (the whole window once that is unknown)."""

@@ -44,6 +44,15 @@ def test_from_fields_gives_every_aggregate_its_own_sockets():
     assert b.sockets == {}
 
 
+def test_adopt_is_the_constructor_with_those_fields():
+    a = _sample()
+    given = {f: getattr(a, f) for f in HISTORY_FIELDS}
+    adopted = Aggregate.adopt(dict(given))
+    assert adopted == Aggregate(**given) and adopted.to_dict() == Aggregate(**given).to_dict()
+    assert adopted.sockets == {} and adopted.lifetime_avg_s is None  # not given: defaults
+    assert Aggregate.adopt({**given, "sockets": {"ESTABLISHED": 2}}).sockets == {"ESTABLISHED": 2}
+
+
 def test_to_dict_is_every_field_in_order_after_schema_and_series():
     a = _sample()
     d = a.to_dict()
