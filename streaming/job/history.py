@@ -62,7 +62,7 @@ class History:
         self._saved: dict[str, list[Row]] = {}
 
     def load(self, names: Sequence[str], saved: dict[str, list[Row]]) -> None:
-        """The rows ``rows`` saved, under field list ``names``."""
+        """Series' windows as ``rows`` saved them, each a row under field list ``names``."""
         self._live, self._saved = {}, {}
         if tuple(names) == HISTORY_FIELDS:
             self._saved = saved

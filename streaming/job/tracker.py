@@ -178,8 +178,13 @@ class Tracker:
         if agg.client_library is None:
             _carry_library(agg, windows)
         newest = windows[-1].window_start if windows else None
-        windows[:] = [w for w in windows if w.window_start != agg.window_start] + [agg]
-        windows.sort(key=lambda w: w.window_start)
+        if newest is None or agg.window_start > newest:
+            windows.append(agg)  # a new newest window
+        elif agg.window_start == newest:
+            windows[-1] = agg  # the newest window again, with more of its events: the usual case
+        else:
+            windows[:] = [w for w in windows if w.window_start != agg.window_start] + [agg]
+            windows.sort(key=lambda w: w.window_start)
         if self.max_window_end is None or agg.window_end > self.max_window_end:
             self.max_window_end = agg.window_end
         if newest is not None and agg.window_start < newest:
