@@ -209,24 +209,28 @@ def _rank(values: tuple[Any, ...]) -> tuple[Any, ...]:
 # needs). The series fields and a summary's fields other than its time have no rule of their
 # own (a summary is taken whole, by its time).
 _SUM, _MAX, _MIN, _SUMMARY, _BY_TIME, _IDENTITY = range(6)
-_RULES: dict[str, list[tuple[int, int, Any]]] = {}
-for _i, _f in _SUM_AT:
-    _RULES.setdefault(_f, []).append((_SUM, _i, None))
-for _i, _f in _MAX_AT:
-    _RULES.setdefault(_f, []).append((_MAX, _i, None))
-for _i, _f in _MIN_AT:
-    _RULES.setdefault(_f, []).append((_MIN, _i, None))
-for _cols, _at in _STATE_AT:
-    _RULES.setdefault(_cols[0], []).append((_SUMMARY, _at[0], (_cols, _at)))
-for _i, _it, _f, _t, _newest in _HB_AT:
-    _RULES.setdefault(_t, []).append((_BY_TIME, _it, (_i, _f, _newest)))
-for _f in IDENTITY_FIELDS:
-    _RULES.setdefault(_f, []).append((_IDENTITY, 0, None))
-_RULE_LIST = {f: tuple(rules) for f, rules in _RULES.items()}
+
+
+def _merge_rules() -> dict[str, tuple[tuple[int, int, Any], ...]]:
+    rules: dict[str, list[tuple[int, int, Any]]] = {}
+    for i, f in _SUM_AT:
+        rules.setdefault(f, []).append((_SUM, i, None))
+    for i, f in _MAX_AT:
+        rules.setdefault(f, []).append((_MAX, i, None))
+    for i, f in _MIN_AT:
+        rules.setdefault(f, []).append((_MIN, i, None))
+    for cols, at in _STATE_AT:
+        rules.setdefault(cols[0], []).append((_SUMMARY, at[0], (cols, at)))
+    for i, it, f, t, newest in _HB_AT:
+        rules.setdefault(t, []).append((_BY_TIME, it, (i, f, newest)))
+    for f in IDENTITY_FIELDS:
+        rules.setdefault(f, []).append((_IDENTITY, 0, None))
+    return {f: tuple(r) for f, r in rules.items()}
+
+
+_RULES = _merge_rules()
 # A window no partial row was merged into: every sum at 0, every other slot null.
-_EMPTY = [None] * len(WINDOW_FIELDS)
-for _i, _f in _SUM_AT:
-    _EMPTY[_i] = 0
+_EMPTY: list[Any] = [0 if f in SUM_FIELDS else None for f in WINDOW_FIELDS]
 
 
 def empty_window() -> list[Any]:
@@ -242,7 +246,7 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
     get = part.get
     identity = False
     for f, v in part.items():
-        if v is None or (rules := _RULE_LIST.get(f)) is None:
+        if v is None or (rules := _RULES.get(f)) is None:
             continue
         for rule, i, extra in rules:
             if rule == _SUM:

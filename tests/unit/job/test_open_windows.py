@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 
 import pytest
 
 from streaming.job.open_windows import (
+    HB_BY_TIME,
+    MAX_FIELDS,
+    MIN_FIELDS,
     SERIES,
+    SUM_FIELDS,
+    SUMMARY_STATES,
     WINDOW_FIELDS,
     OpenWindows,
     empty_window,
     flat_col,
     merge,
     new_window,
+    state_fields,
 )
 from streaming.job.records import to_aggregate
+from streaming.schema.clients import IDENTITY_FIELDS
 from streaming.schema.times import iso
 
 T0 = 1_795_000_000.0  # a window start (a multiple of 60)
@@ -255,3 +263,56 @@ def test_windows_saved_under_another_field_list_are_restored_by_name():
     start, host = window[WINDOW_FIELDS.index("window_start_s")], window[WINDOW_FIELDS.index("host")]
     (merged,) = restored.apply([part(start, host, closes_peer=2, last_event_s=start + 2)]).windows
     assert merged[uncounted] == 2
+
+
+def _random_part(rng: random.Random) -> dict:
+    """A partial row of one (window, series) with a random subset of every kind of field:
+    sums, maxima, minima, states' summaries (often at equal times), heartbeat counters (often
+    at equal times), text fields. Numbers are multiples of 1/4, so sums are exact in any order."""
+    quarter = lambda hi: rng.randrange(4 * hi) / 4  # noqa: E731
+    row = part(T0, events=rng.randint(1, 5), last_event_s=T0 + quarter(60))
+    for f in SUM_FIELDS:
+        if rng.random() < 0.4:
+            row[f] = quarter(50) if f.endswith("_s") or f.startswith("cw_s") else rng.randint(0, 5)
+    for f in (*MAX_FIELDS, *MIN_FIELDS):
+        if f in IDENTITY_FIELDS or rng.random() < 0.5:
+            continue
+        if f == "broker_endpoint":
+            row[f] = rng.choice(["b1:9092", "b2:9092"])
+        elif f == "paused_how":
+            row[f] = rng.choice(["stopped", "frozen"])
+        else:
+            row[f] = T0 + quarter(60) if f.endswith("_t") or "_t_" in f else quarter(300)
+    for state in SUMMARY_STATES:
+        if rng.random() < 0.4:
+            for name in state_fields(state):
+                if name == "t":
+                    row[flat_col(state, name)] = T0 + rng.choice((10, 30, 30, 50))
+                elif name == "dup_conn":
+                    row[flat_col(state, name)] = rng.choice([None, "a", "b"])
+                elif rng.random() < 0.8:
+                    row[flat_col(state, name)] = rng.randint(0, 9)
+    for f, t, _newest in HB_BY_TIME:
+        if rng.random() < 0.5:
+            row[f], row[t] = rng.randint(0, 20), T0 + rng.choice((5, 25, 25, 55))
+    return row
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_window_is_the_same_whatever_the_order_and_batching_of_its_rows(seed):
+    """Merging is order-independent: every rule (sums, extremes, the newest summary and counter
+    with their tie rules) gives the same window for any arrival order of the rows, in one batch
+    or several with the state saved and restored between them."""
+    rng = random.Random(seed)
+    rows = [_random_part(rng) for _ in range(rng.randint(2, 6))]
+    seen = set()
+    for _ in range(6):
+        order = rng.sample(rows, len(rows))
+        cut = rng.randint(1, len(rows))
+        ws = OpenWindows(60.0, 1e9)
+        ws.apply(order[:cut])
+        again = OpenWindows(60.0, 1e9)
+        again.load_state(json.loads(json.dumps(ws.to_state())))
+        (window,) = again.apply(order[cut:]).windows if cut < len(rows) else again.open.values()
+        seen.add(json.dumps(window))
+    assert len(seen) == 1
