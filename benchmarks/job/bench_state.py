@@ -76,7 +76,7 @@ def batch_rows(series: int, t: float, interval: float, trigger: float) -> list[d
 # The steps ``--stages`` times: (label, owner, attribute). Nested ones are part of the outer.
 _STAGES = (
     ("restore", "Bucket", "load"),
-    ("windows: merge, finish, evict", "OpenWindows", "apply"),
+    ("windows: merge, evict", "OpenWindows", "apply"),
     ("aggregates built", "buckets", "to_aggregates"),
     ("tracker: lifecycle and detectors", "Tracker", "process"),
     ("  of which detectors", "tracker", "detect_all"),
