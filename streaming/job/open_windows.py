@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from streaming.job.clocks import bounded
-from streaming.schema.aggregates import SERIES_FIELDS, key_part, series_key
+from streaming.schema.aggregates import SERIES_FIELDS, join_key, series_key
 from streaming.schema.clients import (
     IDENTITY_FIELDS,
     LIBRARY_EVIDENCE,
@@ -289,7 +289,7 @@ def merge(into: list[Any], part: Mapping[str, Any]) -> None:
 def new_window(part: Mapping[str, Any]) -> list[Any]:
     """An open window started from its first partial row: its key's fields, and the row
     merged into an empty window."""
-    w = list(_EMPTY)
+    w = empty_window()
     for i in _KEY_AT:
         w[i] = part.get(WINDOW_FIELDS[i])
     merge(w, part)
@@ -301,11 +301,7 @@ _KEY_FIELDS = ("window_start_s", *SERIES)
 
 def window_key(part: Mapping[str, Any]) -> str:
     """JSON-safe key of a (window, series)."""
-    values = ["" if (v := part.get(k)) is None else str(v) for k in _KEY_FIELDS]
-    key = "|".join(values)
-    if "%" in key or key.count("|") != len(values) - 1:  # a name to escape: seldom
-        key = "|".join(map(key_part, values))
-    return key
+    return join_key(["" if (v := part.get(k)) is None else str(v) for k in _KEY_FIELDS])
 
 
 @dataclass

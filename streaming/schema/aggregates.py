@@ -39,6 +39,15 @@ def key_part(text: str, colon: bool = False) -> str:
     return text.translate(_ESCAPE_BAR_COLON if colon else _ESCAPE_BAR)
 
 
+def join_key(parts: list[str]) -> str:
+    """``parts`` as a ``|``-separated key, each escaped by ``key_part``: joined once, and
+    escaped only when a part holds ``%`` or ``|`` (seldom; keys are made per row)."""
+    key = "|".join(parts)
+    if "%" in key or key.count("|") != len(parts) - 1:
+        key = "|".join(map(key_part, parts))
+    return key
+
+
 # A series: one client (side, host, app, and on the broker side the client's address) and one
 # broker of one Kafka cluster. The one definition of series identity: keys, the job's windows,
 # the detectors' history and the exported labels all follow it.
@@ -53,10 +62,7 @@ def series_key(
     parts = [side, host, app, cluster or "", broker]
     if side == "broker":
         parts.append(peer_host or "")
-    key = "|".join(parts)
-    if "%" in key or key.count("|") != len(parts) - 1:  # a name to escape: seldom
-        key = "|".join(map(key_part, parts))
-    return key
+    return join_key(parts)
 
 
 def client_id(side: str, host: str, app: str, peer_host: str | None) -> str:
