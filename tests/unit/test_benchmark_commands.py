@@ -1,10 +1,11 @@
 """Every benchmark command line in the benchmarks' READMEs parses with its script's real argument
 parser.
 
-Command lines come from fenced code blocks of every README.md under benchmarks/: a line whose
-command is ``.venv/bin/python benchmarks/...py`` (or ``python benchmarks/...py``). ``\\``
-continues a line, ``# ...`` ends it, ``[...]`` around an optional part is removed and the part
-parsed as written, and ``$(date +%F)`` stands for a date. The script is loaded from its file and
+Command lines come from the documentation's fenced code blocks (``doc_blocks``: README.md,
+docs/ and the READMEs under benchmarks/ and the other trees): a line whose command is
+``.venv/bin/python benchmarks/...py`` (or ``python benchmarks/...py``). ``\\`` continues a line,
+``# ...`` ends it, ``[...]`` around an optional part is removed and the part parsed as written,
+and ``$(date +%F)`` stands for a date. The script is loaded from its file and
 its ``main()`` run until its parser has parsed the arguments (the benchmark itself never runs).
 """
 
@@ -20,36 +21,25 @@ from contextlib import redirect_stderr
 from pathlib import Path
 
 import pytest
+from doc_blocks import ROOT, doc_files, fenced_lines, unbracket
 
-ROOT = Path(__file__).resolve().parents[2]
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _COMMAND = re.compile(r"^\s*(?:\.venv/bin/)?python3?\s+(benchmarks/\S+\.py)(.*)$")
+_DATE = "2026-01-01"  # for ``$(date +%F)``
 
 
 def command_lines(text: str) -> list[tuple[int, str, str]]:
     """(line number, script, arguments) of each benchmark command in ``text``'s code blocks."""
     out = []
-    lines = text.splitlines()
-    fenced = False
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if _FENCE.match(line):
-            fenced = not fenced
-        elif fenced and (m := _COMMAND.match(line)):
-            number, script, rest = i + 1, m.group(1), m.group(2).split(" #")[0]
-            while rest.rstrip().endswith("\\") and i + 1 < len(lines):
-                i += 1
-                rest = rest.rstrip()[:-1] + " " + lines[i].split(" #")[0]
-            out.append((number, script, rest))
-        i += 1
+    for number, line in fenced_lines(text):
+        if m := _COMMAND.match(line):
+            out.append((number, m.group(1), m.group(2)))
     return out
 
 
 def arguments(text: str) -> list[str]:
     """A command's arguments as its shell would pass them, placeholders resolved."""
-    text = text.replace("$(date +%F)", "2026-01-01").replace("[", " ").replace("]", " ")
-    return shlex.split(text)
+    tokens = shlex.split(text.replace("$(date +%F)", _DATE), comments=True)
+    return [t for t in map(unbracket, tokens) if t]
 
 
 class _Parsed(Exception):
@@ -104,9 +94,9 @@ def parse_with_script(script: Path, argv: list[str]) -> argparse.Namespace:
 
 def _documented() -> list[tuple[str, str, str]]:
     found = []
-    for readme in sorted((ROOT / "benchmarks").rglob("README.md")):
-        for number, script, rest in command_lines(readme.read_text()):
-            found.append((f"{readme.relative_to(ROOT)}:{number}", script, rest))
+    for doc in doc_files():
+        for number, script, rest in command_lines(doc.read_text()):
+            found.append((f"{doc.relative_to(ROOT)}:{number}", script, rest))
     return found
 
 

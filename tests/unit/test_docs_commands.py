@@ -27,29 +27,22 @@ import argparse
 import io
 import re
 import shlex
-from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import pytest
+from doc_blocks import ROOT, doc_files, fenced_lines, runs_connmon, unbracket
 
 from streaming.cli import build_parser
 from streaming.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
-README_TREES = ("deploy", "dashboards", "benchmarks", "streaming")
-
-_FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = ("sudo", "exec", "env")
 _OPERATORS = ("|", "||", "&&", ";", "&", "<")
 _REDIRECT = re.compile(r"^\d*>")
 _ANGLE = re.compile(r"<[^<>\s]+>")
-_SYNOPSIS_MORE = re.compile(r"^\s+(\[|--)")
-# A line that means to run connmon, told apart before it is split (for one that does not split).
-_RUNS_CONNMON = re.compile(r"^(?:[A-Za-z_]\w*=\S*\s+)*(?:(?:sudo|exec|env)\s+)*\S*\bconnmon\s")
 
 
 @dataclass(frozen=True)
@@ -62,68 +55,6 @@ class CommandLine:
     argv: tuple[str, ...] | None
 
 
-def doc_files() -> list[Path]:
-    """README.md, docs/*.md and every README.md under the trees above (not in hidden or
-    installed folders such as ``.cache`` or ``node_modules``)."""
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-    for top in README_TREES:
-        for path in sorted((ROOT / top).rglob("README.md")):
-            parts = path.relative_to(ROOT).parts
-            if not any(p.startswith(".") or p == "node_modules" for p in parts):
-                files.append(path)
-    return files
-
-
-def fenced_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(first line number, logical line) of every fenced code block: ``\\`` continuations
-    joined, and so are a synopsis's indented lines that go on with ``[`` or ``--`` after a
-    line that runs connmon."""
-    fence: str | None = None
-    held: tuple[int, str] | None = None  # a logical line that later lines may still continue
-    pending: list[str] = []
-    start = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        m = _FENCE.match(line)
-        if fence is None:
-            if m:
-                fence = m.group(1)[0] * 3
-            continue
-        if m and m.group(1).startswith(fence) and not pending:
-            if held:
-                yield held
-            fence, held = None, None
-            continue
-        stripped = line.rstrip()
-        if held and not pending and _SYNOPSIS_MORE.match(stripped) and _runs_connmon(held[1]):
-            start, pending = held[0], [held[1]]
-            held = None
-        elif not pending:
-            if held:
-                yield held
-            start, held = number, None
-        if stripped.endswith("\\"):
-            pending.append(stripped[:-1])
-            continue
-        held = start, " ".join([*pending, stripped.strip() if pending else stripped])
-        pending = []
-    if held:
-        yield held
-
-
-def _runs_connmon(line: str) -> bool:
-    return bool(_RUNS_CONNMON.match(line.strip().removeprefix("$ ")))
-
-
-def _unbracket(token: str) -> str:
-    """``[--config`` -> ``--config``, ``topics.yaml]`` -> ``topics.yaml``, ``local[*]]`` ->
-    ``local[*]``: only brackets without a partner in the token."""
-    while token.startswith("[") and token.count("[") > token.count("]"):
-        token = token[1:]
-    while token.endswith("]") and token.count("]") > token.count("["):
-        token = token[:-1]
-    return token
-
-
 def connmon_argv(line: str) -> tuple[str, ...] | None:
     """The arguments after ``connmon`` of a line that runs it, else None. ValueError when a
     line that runs connmon does not split as a shell line."""
@@ -131,7 +62,7 @@ def connmon_argv(line: str) -> tuple[str, ...] | None:
     try:
         tokens = shlex.split(text, comments=True)
     except ValueError as exc:
-        if _runs_connmon(text):
+        if runs_connmon(text):
             raise ValueError(f"does not split as a shell line: {exc}") from None
         return None
     if len(tokens) >= 2 and tokens[:2] == ["make", "demo"]:
@@ -146,7 +77,7 @@ def connmon_argv(line: str) -> tuple[str, ...] | None:
     for token in tokens[i + 1 :]:
         if token in _OPERATORS or _REDIRECT.match(token):
             break
-        token = _unbracket(token)
+        token = unbracket(token)
         if token != "...":
             argv.append(token)
     return tuple(argv)
