@@ -26,14 +26,13 @@ _rejections = LogLimiter(log)
 
 
 def handle(store: Store, role: str, key: bytes | None, value: bytes | None, where: str) -> None:
-    """Apply one message of a topic role to the store; bad input is counted and kept aside."""
-    store.seen(role)
-    if value is None:
-        if key is not None and role in ("aggregates", "findings"):
-            store.delete(role, key)
-        return
+    """Apply one message of a topic role to the store; bad input is counted and kept aside.
+    The message is counted once applied, so a scrape that counts it also serves what it says."""
     try:
-        if role == "aggregates":
+        if value is None:
+            if key is not None and role in ("aggregates", "findings"):
+                store.delete(role, key)
+        elif role == "aggregates":
             store.put_aggregate(parse_aggregate(value), key)
         elif role == "findings":
             store.put_finding(parse_finding(value), key)
@@ -44,6 +43,8 @@ def handle(store: Store, role: str, key: bytes | None, value: bytes | None, wher
             (role, exc.reason), logging.WARNING, "rejected %s message at %s: %s", role, where, exc
         )
         store.reject(role, exc.reason, exc.detail, where, value)
+    finally:
+        store.seen(role)
 
 
 def error_kind(err: object) -> str:

@@ -36,14 +36,19 @@ def produce(bootstrap: str, topic: str, items: list[tuple[bytes, bytes | None]])
     assert errors == []
 
 
-def feed(bootstrap: str, topics: dict[str, str], job_id: str = "connmon-job") -> None:
+def feed(bootstrap: str, topics: dict[str, str], job_id: str = "connmon-job") -> dict[str, int]:
     """Produce the set to ``topics`` (role -> name: aggregates, findings, job_status); the
-    statuses are those of the job ``job_id``."""
+    statuses are those of the job ``job_id``. Returns how many messages each role was sent."""
     now = time.time()
+    sent: dict[str, int] = {}
+
+    def send(role: str, items: list[tuple[bytes, bytes | None]]) -> None:
+        produce(bootstrap, topics[role], items)
+        sent[role] = len(items)
+
     agg = samples.aggregate
-    produce(
-        bootstrap,
-        topics["aggregates"],
+    send(
+        "aggregates",
         [
             (
                 b"client|web-1|orders-consumer|local|2",
@@ -94,9 +99,8 @@ def feed(bootstrap: str, topics: dict[str, str], job_id: str = "connmon-job") ->
             (b"bad", b"{this is not json"),
         ],
     )
-    produce(
-        bootstrap,
-        topics["findings"],
+    send(
+        "findings",
         [
             (
                 b"close_wait_buildup|client:web-1:orders-consumer|local|2",
@@ -116,11 +120,11 @@ def feed(bootstrap: str, topics: dict[str, str], job_id: str = "connmon-job") ->
             ),
         ],
     )
-    produce(
-        bootstrap,
-        topics["job_status"],
+    send(
+        "job_status",
         [
             (job_id.encode(), samples.status(ts=now - 1, hosts=SKEWED_HOSTS[:1], job_id=job_id)),
             (job_id.encode(), samples.status(ts=now, hosts=SKEWED_HOSTS, job_id=job_id)),
         ],
     )
+    return sent

@@ -65,19 +65,26 @@ class Exporter:
         with urllib.request.urlopen(self.url, timeout=5) as r:
             return r.read().decode()
 
-    def wait_for(self, needle: str, timeout_s: float = 60) -> str:
+    def wait_for(self, *needles: str, timeout_s: float = 60) -> str:
+        """The first scrape that serves every one of ``needles``."""
         deadline = time.monotonic() + timeout_s
         text = ""
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, "exporter exited"
             try:
                 text = self.scrape()
-                if needle in text:
+                if all(n in text for n in needles):
                     return text
             except OSError:
                 pass
             time.sleep(0.3)
-        raise AssertionError(f"{needle!r} not served within {timeout_s}s:\n{text[-2000:]}")
+        raise AssertionError(f"{needles!r} not served within {timeout_s}s:\n{text[-2000:]}")
+
+    def wait_for_all(self, sent: dict[str, int]) -> str:
+        """The first scrape once every message ``sent`` (role -> count) is read and applied."""
+        return self.wait_for(
+            *(f'connmon_exporter_messages_total{{topic="{r}"}} {n}.0' for r, n in sent.items())
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -130,10 +137,11 @@ def _rule_files(tmp_path: Path) -> list[Path]:
 def test_exporter_to_prometheus_dashboards_and_alerts(
     kafka_cluster, topics, exporters, prometheus_factory, tmp_path
 ) -> None:
-    feed(kafka_cluster.bootstrap_servers, topics)
+    sent = feed(kafka_cluster.bootstrap_servers, topics)
     exporter = exporters()
-    text = exporter.wait_for('connmon_job_dead_letter_events_total{job_id="connmon-job"')
-    exporter.wait_for('kind="idle_churn"')
+    text = exporter.wait_for_all(sent)
+    assert 'connmon_job_dead_letter_events_total{job_id="connmon-job"' in text
+    assert 'kind="idle_churn"' in text
     assert 'kind="idle_zombie"' not in text  # resolved in the same topic
     assert (
         _sample(
@@ -202,14 +210,12 @@ def _sample(text: str, name: str, **labels: str) -> float | None:
 def test_restart_restores_current_values_from_compacted_topics(
     kafka_cluster, topics, exporters
 ) -> None:
-    feed(kafka_cluster.bootstrap_servers, topics)
+    sent = feed(kafka_cluster.bootstrap_servers, topics)
     first = exporters()
-    first.wait_for('kind="idle_churn"')
-    before = _values(first.wait_for('state="CLOSE_WAIT"}'))
+    before = _values(first.wait_for_all(sent))
     first.stop()
     second = exporters()
-    second.wait_for('kind="idle_churn"')
-    after = _values(second.wait_for('state="CLOSE_WAIT"}'))
+    after = _values(second.wait_for_all(sent))
     kept = ("connmon_sockets", "connmon_close_wait", "connmon_finding")
     picked = [k for k in before if k.startswith(kept)]
     assert picked and {k: before[k] for k in picked} == {k: after.get(k) for k in picked}
