@@ -125,12 +125,18 @@ def test_cli_agent_with_real_clients_and_a_stalled_client(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    client = subprocess.Popen(
-        [sys.executable, str(CLIENT), bootstrap, data_topic], stdout=subprocess.PIPE, text=True
-    )
     reader = EventReader(bootstrap, events_topic)
+    client = None
     try:
+        # The agent scans and publishes before the client starts, and the client is stopped as
+        # soon as it has sent: the broker reaps its connection 5 s after, while it cannot close
+        # its end, however slow the machine is.
+        reader.wait_for(lambda e: True)
+        client = subprocess.Popen(
+            [sys.executable, str(CLIENT), bootstrap, data_topic], stdout=subprocess.PIPE, text=True
+        )
         assert client.stdout.readline().strip() == "ready"
+        os.kill(client.pid, signal.SIGSTOP)  # a client whose network thread is stalled
 
         def is_client(e: dict) -> bool:
             return e.get("app") == "orders-client" and e.get("side") == "client"
@@ -148,8 +154,6 @@ def test_cli_agent_with_real_clients_and_a_stalled_client(
         )
         assert broker_end["app"] == "kafka-broker" and broker_end["broker_id"] == 1
         assert broker_end["peer_host"] == "127.0.0.1"
-
-        os.kill(client.pid, signal.SIGSTOP)  # a client whose network thread is stalled
         cw = reader.wait_for(
             lambda e: is_client(e) and e["kind"] == "transition" and e["state"] == "CLOSE_WAIT"
         )
@@ -205,8 +209,9 @@ def test_cli_agent_with_real_clients_and_a_stalled_client(
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     finally:
         reader.close()
-        client.kill()
-        client.wait()
+        if client is not None:
+            client.kill()
+            client.wait()
         agent.send_signal(signal.SIGTERM)
         try:
             out, _ = agent.communicate(timeout=30)
