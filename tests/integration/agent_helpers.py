@@ -22,10 +22,12 @@ REPO = Path(__file__).parents[2]
 
 
 def events_in(path: Path) -> list[dict]:
-    """The events an agent wrote to ``path`` so far (none before its first write)."""
+    """The events an agent wrote to ``path`` so far (none before its first write; a last line
+    the agent is still writing is left for the next read)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    whole = path.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def agent_writing(config: Path, out: Path) -> subprocess.Popen:

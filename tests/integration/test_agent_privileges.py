@@ -86,7 +86,7 @@ def run_agent(
     caps: tuple[str, ...],
     ebpf_mode: str,
     done: Callable[[Run], bool],
-    timeout_s: float = 30.0,
+    timeout_s: float = 90.0,
 ) -> Run:
     """The agent as uid 0 holding only ``caps``, until ``done`` says so (at least two scans
     first), then SIGTERM."""
