@@ -1,6 +1,6 @@
 """Event time per host, live against a real broker: an agent whose clock is 3 minutes fast
 makes no other host's events late, and hosts whose clocks are off are named in the job status
-with their offset; a host 4 minutes slow has its late events counted by name."""
+with their offset; a host 8 minutes slow has its late events counted by name."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from job_helpers import Topics, consume_all, latest_by_key, lines, produce, reco
 from streaming.job.pipeline import start_job
 
 SKEW_S = 180.0
-# Behind by more than the watermark (120 s) plus a window (60 s) plus the test's own pauses, so
-# that every one of its events is late.
-SLOW_S = 240.0
+# Behind by more than the watermark (120 s) plus a window (60 s) plus the test's own pauses
+# (up to five minutes between the fast host's batch and the slow host's events on a loaded
+# machine), so that every one of its events is late.
+SLOW_S = 480.0
 
 
 def _as_host(events: list[dict[str, Any]], host: str) -> list[dict[str, Any]]:
@@ -44,7 +45,7 @@ def test_a_host_three_minutes_fast_makes_no_other_host_late(
         assert abs(row["clock_offset_s"] - SKEW_S) < 30, row
         assert row["skewed_events_total"] > 0 and row["late_events_total"] == 0
 
-        # Then the rest of the fleet, on time, and one host 4 minutes slow.
+        # Then the rest of the fleet, on time, and one host 8 minutes slow.
         ok = _as_host(recording("healthy", duration_s=120), "ok-1")
         slow = _as_host(recording("healthy", end=time.time() - SLOW_S, duration_s=60), "slow-1")
         produce(t.bootstrap, t.events, lines(ok + slow), key="ok-1")
