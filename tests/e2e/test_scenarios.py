@@ -8,6 +8,7 @@ independent observer saw the clients do, which is also the first thing to read o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from streaming.detectors.config import DetectorConfig
 from streaming.scenarios import catalog
 from streaming.scenarios.components import FINDING_METRIC, alert_name
 from streaming.scenarios.model import ANY_APP, Expect, Scenario
 from streaming.schema.findings import SEVERITIES
+from streaming.stack.prometheus import PrometheusError
 
 # Positive scenarios first; the healthy baseline last, as it needs the longest quiet run.
 ORDER = [n for n in catalog.SCENARIOS if n != "healthy"] + ["healthy"]
@@ -163,9 +166,27 @@ def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenar
     session = scenario_session
     e = Expect("connection_storm", "timewait-raw-churn")
     s = catalog.SCENARIOS["time-wait"]
-    f = _fired_in_time(session, s, e)[-1]
-    assert "reuse" in f["recommendation"] and "backoff" not in f["recommendation"], f
-    assert f["evidence"]["closes_local"] > f["evidence"]["closes_peer"], f["evidence"]
+    unanswered = catalog.SESSION_SETTINGS.get(
+        "storm_syn_sent_count", DetectorConfig().storm_syn_sent_count
+    )
+
+    def answered() -> list[dict]:
+        # Windows in which the broker answered the connects: on this loaded machine it stalls
+        # now and then, connects pile up in SYN_SENT and that window is rightly told to back off.
+        return [
+            f
+            for f in _fired(session, s, e)
+            if f["evidence"]["syn_sent_count"] < unanswered
+            and not f["evidence"]["connects_failed_per_min"]
+        ]
+
+    _fired_in_time(session, s, e)
+    _wait(session, s.duration_s + SLACK_S, lambda: bool(answered()))
+    records = answered()
+    assert records, [f["evidence"] for f in _fired(session, s, e)]
+    for f in records:
+        assert "reuse" in f["recommendation"] and "backoff" not in f["recommendation"], f
+        assert f["evidence"]["closes_local"] > f["evidence"]["closes_peer"], f["evidence"]
 
 
 def test_a_constant_storm_is_a_steady_finding(scenario_session) -> None:
@@ -203,7 +224,9 @@ def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> N
     session = scenario_session
     prom = session.components.prometheus
     q = 'count by (app) (connmon_sockets{side="client", app=~"connmon-.*"})'
-    assert prom.wait_for(q, timeout_s=120), f"{q}: connmon's own processes were not named"
+    both = f"count({q.replace('connmon-.*', 'connmon-agent|connmon-job')}) == 2"
+    with contextlib.suppress(PrometheusError):  # the assertion below names what was seen
+        prom.wait_for(both, timeout_s=120)
     named = {r["metric"]["app"] for r in prom.query(q)}
     assert {"connmon-agent", "connmon-job"} <= named, named
     own = [f for a in sorted(CONNMON_APPS) for f in session.findings.ever_fired(None, a, "*")]
