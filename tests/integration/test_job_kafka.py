@@ -412,42 +412,37 @@ def test_a_batch_run_again_after_a_crash_publishes_the_same_records(
     spark.conf.set(conf, "false")  # batches with data only: the last one wrote records
 
     offsets = ckpt / "state" / "offsets"
+    topics = (t.findings, t.aggregates)
 
     def last_batch() -> int | None:
         done = [int(f.name) for f in commits.glob("*") if f.name.isdigit()]
         planned = [int(f.name) for f in offsets.glob("*") if f.name.isdigit()]
         return max(done) if done and max(done) == max(planned) else None
 
-    def outputs() -> list[tuple[str, dict]]:
-        return consume_all(t.bootstrap, t.findings) + consume_all(t.bootstrap, t.aggregates)
-
-    # How many records were out when each batch's commit was first seen (a batch writes its
-    # records before its commit): the batch to run again is the last one that wrote some. A
-    # later batch may write none (the partials of a window can come in two).
-    out_at: dict[int, int] = {}
-
-    def settled() -> bool:
-        batch = last_batch()
-        if batch is not None and batch not in out_at:
-            out_at[batch] = len(outputs())
-        return len(out_at) > 0 and time.monotonic() - changed[0] > 4 * settings.trigger_s
+    def batch_time(batch: int) -> str:
+        """The ``updated_at`` a batch stamps its records with: its time in the offset log."""
+        meta = json.loads((offsets / str(batch)).read_text().splitlines()[1])
+        return iso(meta["batchTimestampMs"] / 1000.0)
 
     try:
         job = start_job(spark, settings)
         try:
             wait_for("the leak's finding", lambda: consume_all(t.bootstrap, t.findings))
-            changed = [time.monotonic()]
-            seen = -1
-            while not settled():  # until no batch commits for four triggers
-                if len(out_at) != seen:
-                    seen, changed[0] = len(out_at), time.monotonic()
+            # Until no batch commits for four triggers.
+            last, since = last_batch(), time.monotonic()
+            while last is None or time.monotonic() - since < 4 * settings.trigger_s:
+                if (now := last_batch()) != last:
+                    last, since = now, time.monotonic()
                 time.sleep(0.2)
         finally:
             job.stop(wait_s=30)
-        first = outputs()
-        counts = sorted(out_at.items())
-        writers = [b for (b, n), (_, m) in zip(counts[1:], counts, strict=False) if n > m]
-        batch = writers[-1] if writers else counts[0][0]
+        first = {topic: consume_all(t.bootstrap, topic) for topic in topics}
+        # The batch to run again is the last one that wrote records: the one whose time the
+        # newest records carry (a later batch may write none: a window's partials can come in
+        # two).
+        newest = max(v["updated_at"] for records in first.values() for _k, v in records)
+        done = sorted(int(f.name) for f in commits.glob("*") if f.name.isdigit())
+        batch = next(b for b in reversed(done) if batch_time(b) == newest)
         # A crash after the batch's records and before its commit: no commit from it on, no
         # batch planned after it (with their checksum files: Spark writes both).
         for log, first_gone in ((commits, batch), (offsets, batch + 1)):
@@ -455,14 +450,20 @@ def test_a_batch_run_again_after_a_crash_publishes_the_same_records(
                 number = f.name.lstrip(".").split(".")[0]
                 if number.isdigit() and int(number) >= first_gone:
                     f.unlink()
+
+        def written_again() -> list[tuple[str, dict]]:
+            return [
+                r for topic in topics for r in consume_all(t.bootstrap, topic)[len(first[topic]) :]
+            ]
+
         job = start_job(spark, settings)
         try:
             wait_for("the batch run again and committed", lambda: (commits / str(batch)).exists())
-            again = wait_for("its records", lambda: outputs()[len(first) :])
+            again = wait_for("its records", written_again)
         finally:
             job.stop(wait_s=30)
     finally:
         spark.conf.unset(conf)
     assert again, "the batch run again wrote nothing"
-    missing = [r for r in again if r not in first]
+    missing = [r for r in again if r not in first[t.findings] + first[t.aggregates]]
     assert not missing, missing[:3]
