@@ -6,7 +6,6 @@ Skipped, with the reason, where the kernel or the agent's privileges do not allo
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agent_helpers import wait_for_ebpf
+from agent_helpers import events_in, wait_for_ebpf
 
 from streaming.agent import ebpf
 from streaming.stack.ports import free_port
@@ -64,10 +63,6 @@ def _lost(port: int) -> int:
     raise AssertionError("connmon_agent_ebpf_events_lost_total is not exported")
 
 
-def _events(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory, tmp_path) -> None:
     cluster = kafka_cluster_factory(overrides={"connections.max.idle.ms": str(IDLE_REAP_MS)})
     port = cluster.nodes[0].port
@@ -110,11 +105,25 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
         )  # fmt: skip
         assert client.stdout.strip() == "done", client.stderr
         time.sleep(3.5)  # two scans and one print of the kernel's counts
+
+        # A slow agent: until a scan has seen the client close its CLOSE_WAIT connection, its
+        # last act.
+        def last_close() -> list[dict]:
+            return [
+                e for e in events_in(out)
+                if e["kind"] == "closed" and e.get("app") == "ebpf-client"
+                and e.get("closed_by") == "peer"
+            ]  # fmt: skip
+
+        deadline = time.monotonic() + 30
+        while not last_close():
+            assert time.monotonic() < deadline, "no scan saw the client's last close"
+            time.sleep(0.5)
         lost = _lost(metrics_port)
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(30)
-    events = _events(out)
+    events = events_in(out)
     text = log.read_text()
     assert "Traceback" not in text, text
 
@@ -248,4 +257,4 @@ def test_a_process_that_lives_for_one_request_is_identified_at_its_connect(
 def _events_of(path: Path, app: str) -> list[dict]:
     if not path.exists():
         return []
-    return [e for e in _events(path) if e.get("app") == app and e.get("side") == "client"]
+    return [e for e in events_in(path) if e.get("app") == app and e.get("side") == "client"]
