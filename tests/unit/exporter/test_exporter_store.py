@@ -192,3 +192,25 @@ def test_equal_window_ends_keep_the_same_series_in_any_arrival_order(clock) -> N
             handle(store, "aggregates", host.encode(), aggregate(end=NOW - 5, host=host), "x")
         kept.add(frozenset(_hosts(store)))
     assert kept == {frozenset(f"h{i:02d}" for i in range(30, 40))}
+
+
+def test_a_message_is_counted_once_what_it_says_is_served(clock) -> None:
+    """A scrape that counts a message also serves it: at the moment each message is counted,
+    its aggregate, finding, status, removal or rejection is already in the store."""
+
+    class Watched(Store):
+        def seen(self, role: str) -> None:
+            s = self.snapshot()
+            at_count.append(
+                (len(s.aggregates), len(s.findings), len(s.statuses), sum(s.invalid.values()))
+            )
+            super().seen(role)
+
+    at_count: list[tuple[int, int, int, int]] = []
+    store = Watched(clock=clock, staleness_s=600)
+    handle(store, "aggregates", b"k", aggregate(end=NOW, host="h0"), "x")
+    handle(store, "findings", b"f", finding(updated=NOW), "x")
+    handle(store, "job_status", b"j", status(), "x")
+    handle(store, "aggregates", b"k", None, "x")
+    handle(store, "aggregates", b"bad", b"{not json", "x")
+    assert at_count == [(1, 0, 0, 0), (1, 1, 0, 0), (1, 1, 1, 0), (0, 1, 1, 0), (0, 1, 1, 1)]
