@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from streaming.detectors.config import DetectorConfig
 from streaming.scenarios import catalog
 from streaming.scenarios.components import FINDING_METRIC, alert_name
 from streaming.scenarios.model import ANY_APP, Expect, Scenario
@@ -166,9 +165,7 @@ def test_a_client_that_opens_a_connection_per_request_is_told_to_reuse_it(scenar
     session = scenario_session
     e = Expect("connection_storm", "timewait-raw-churn")
     s = catalog.SCENARIOS["time-wait"]
-    unanswered = catalog.SESSION_SETTINGS.get(
-        "storm_syn_sent_count", DetectorConfig().storm_syn_sent_count
-    )
+    unanswered = catalog.SESSION_DETECTOR.storm_syn_sent_count
 
     def answered() -> list[dict]:
         # Windows in which the broker answered the connects: on this loaded machine it stalls
@@ -224,7 +221,10 @@ def test_connmon_itself_is_named_and_left_out_of_findings(scenario_session) -> N
     session = scenario_session
     prom = session.components.prometheus
     q = 'count by (app) (connmon_sockets{side="client", app=~"connmon-.*"})'
-    both = f"count({q.replace('connmon-.*', 'connmon-agent|connmon-job')}) == 2"
+    both = (
+        'count(count by (app) (connmon_sockets{side="client", app=~"connmon-agent|connmon-job"}))'
+        " == 2"
+    )
     with contextlib.suppress(PrometheusError):  # the assertion below names what was seen
         prom.wait_for(both, timeout_s=120)
     named = {r["metric"]["app"] for r in prom.query(q)}

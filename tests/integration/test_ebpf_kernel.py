@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from agent_helpers import events_in, wait_for_ebpf
+from job_helpers import wait_for
 
 from streaming.agent import ebpf
 from streaming.stack.ports import free_port
@@ -108,17 +109,16 @@ def test_short_connections_refused_connects_and_close_wait(kafka_cluster_factory
 
         # A slow agent: until a scan has seen the client close its CLOSE_WAIT connection, its
         # last act.
-        def last_close() -> list[dict]:
-            return [
+        wait_for(
+            "a scan that saw the client's last close",
+            lambda: [
                 e for e in events_in(out)
                 if e["kind"] == "closed" and e.get("app") == "ebpf-client"
                 and e.get("closed_by") == "peer"
-            ]  # fmt: skip
-
-        deadline = time.monotonic() + 30
-        while not last_close():
-            assert time.monotonic() < deadline, "no scan saw the client's last close"
-            time.sleep(0.5)
+            ],
+            timeout_s=30,
+            poll_s=0.5,
+        )  # fmt: skip
         lost = _lost(metrics_port)
     finally:
         agent.send_signal(signal.SIGTERM)

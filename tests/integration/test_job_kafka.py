@@ -378,17 +378,16 @@ def test_a_bucket_over_its_series_limit_keeps_the_firing_series(
             lambda: latest_by_key(consume_all(t.bootstrap, t.findings)).get(key),
         )
 
-        last: dict = {}
+        def status() -> dict:
+            return latest_by_key(consume_all(t.bootstrap, t.status)).get("connmon-job:state") or {}
 
-        def shed() -> dict | None:
-            # The healthy series' windows may close in different batches, so they may be
-            # forgotten one batch apart: wait until both are counted.
-            last.update(
-                latest_by_key(consume_all(t.bootstrap, t.status)).get("connmon-job:state") or {}
-            )
-            return dict(last) if (last.get("state_series_shed_total") or 0) >= 2 else None
-
-        state = wait_for("both healthy series forgotten in the status", shed, detail=lambda: last)
+        # The healthy series' windows may close in different batches, so they may be forgotten
+        # one batch apart: wait until both are counted.
+        state = wait_for(
+            "both healthy series forgotten in the status",
+            lambda: s if ((s := status()).get("state_series_shed_total") or 0) >= 2 else None,
+            detail=status,
+        )
     finally:
         job.stop()
     assert f["status"] == "firing"
